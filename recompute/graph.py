@@ -1,0 +1,153 @@
+"""The computation graph G = (V, E) of Kusumoto et al. (2019), §2.
+
+V is the set of tensor-producing operations of one forward pass (inputs and parameters excluded),
+and (v, w) ∈ E when the output of v is read by w. Each node carries the two costs of the paper:
+``mem`` (M_v, bytes of its output) and ``time`` (T_v, its forward cost in integer units).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["Graph"]
+
+
+@dataclass(eq=False)
+class Graph:
+    """A DAG over nodes ``0..n-1`` with per-node memory and time costs.
+
+    Attributes:
+        preds: ``preds[v]`` are the nodes whose outputs v reads (δ⁻({v})).
+        mem: M_v in bytes, int64.
+        time: T_v in integer cost units, int64 (see :mod:`recompute.costs`).
+        names: a readable label per node (the traced op and its source line where known).
+        ops: the operator of each node (``"aten.conv2d.default"``; free text for synthetic graphs).
+        outputs: the nodes whose values leave the network (the loss or the model's output).
+        cost_model: which cost model produced ``time``.
+        program: the executable trace behind the graph (``None`` for graphs built from edges).
+    """
+
+    preds: tuple[tuple[int, ...], ...]
+    mem: np.ndarray
+    time: np.ndarray
+    names: tuple[str, ...]
+    ops: tuple[str, ...]
+    outputs: tuple[int, ...]
+    cost_model: str = "given"
+    program: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.preds)
+        self.mem = np.asarray(self.mem, dtype=np.int64)
+        self.time = np.asarray(self.time, dtype=np.int64)
+        if self.mem.shape != (n,) or self.time.shape != (n,):
+            raise ValueError(f"mem and time need one entry per node ({n}); got {self.mem.shape} and {self.time.shape}")
+        if (self.mem < 0).any() or (self.time < 0).any():
+            raise ValueError("mem and time must be non-negative")
+        for v, ps in enumerate(self.preds):
+            for u in ps:
+                if not 0 <= u < n or u == v:
+                    raise ValueError(f"bad edge ({u}, {v}) in a graph of {n} nodes")
+        succs: list[list[int]] = [[] for _ in range(n)]
+        for v, ps in enumerate(self.preds):
+            for u in ps:
+                succs[u].append(v)
+        self.succs: tuple[tuple[int, ...], ...] = tuple(tuple(s) for s in succs)
+        self.topo_order: tuple[int, ...] = self._topological_order()
+
+    @classmethod
+    def from_edges(
+        cls,
+        edges: Iterable[tuple[int, int]],
+        mem: Sequence[int],
+        time: Sequence[int],
+        *,
+        names: Sequence[str] | None = None,
+        outputs: Sequence[int] | None = None,
+    ) -> "Graph":
+        """Build a graph over nodes ``0..len(mem)-1`` from ``(u, v)`` pairs (u's output is read by v).
+
+        ``outputs`` defaults to the sinks (nodes without successors).
+        """
+        n = len(mem)
+        preds: list[set[int]] = [set() for _ in range(n)]
+        for u, v in edges:
+            if not (0 <= u < n and 0 <= v < n):
+                raise ValueError(f"edge ({u}, {v}) names a node outside 0..{n - 1}")
+            preds[v].add(int(u))
+        names = tuple(names) if names is not None else tuple(f"v{i}" for i in range(n))
+        has_succ = {u for ps in preds for u in ps}
+        outs = tuple(outputs) if outputs is not None else tuple(v for v in range(n) if v not in has_succ)
+        return cls(
+            preds=tuple(tuple(sorted(p)) for p in preds),
+            mem=np.asarray(mem, dtype=np.int64),
+            time=np.asarray(time, dtype=np.int64),
+            names=names,
+            ops=tuple("op" for _ in range(n)),
+            outputs=outs,
+        )
+
+    @property
+    def n(self) -> int:
+        """#V."""
+        return len(self.preds)
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        """E as ``(u, v)`` pairs."""
+        return [(u, v) for v, ps in enumerate(self.preds) for u in ps]
+
+    @property
+    def num_edges(self) -> int:
+        """#E."""
+        return sum(len(p) for p in self.preds)
+
+    @property
+    def nodes(self) -> frozenset[int]:
+        """V."""
+        return frozenset(range(self.n))
+
+    def total_mem(self) -> int:
+        """M(V): bytes of all activations of one forward pass."""
+        return int(self.mem.sum())
+
+    def total_time(self) -> int:
+        """T(V): cost of one forward pass."""
+        return int(self.time.sum())
+
+    def _topological_order(self) -> tuple[int, ...]:
+        # Kahn's algorithm, smallest id first, so a graph already numbered topologically keeps its order.
+        import heapq
+
+        indeg = [len(p) for p in self.preds]
+        ready = [v for v in range(self.n) if indeg[v] == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            v = heapq.heappop(ready)
+            order.append(v)
+            for w in self.succs[v]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    heapq.heappush(ready, w)
+        if len(order) != self.n:
+            raise ValueError("the graph has a cycle; a computation graph must be a DAG")
+        return tuple(order)
+
+    def ancestors_mask(self) -> np.ndarray:
+        """Boolean matrix A with A[v, w] true iff w = v or w reaches v: row v is the lower set L_v (§4.3)."""
+        a = np.zeros((self.n, self.n), dtype=bool)
+        for v in self.topo_order:
+            a[v, v] = True
+            for u in self.preds[v]:
+                a[v] |= a[u]
+        return a
+
+    def __repr__(self) -> str:
+        return (
+            f"Graph(#V={self.n}, #E={self.num_edges}, M(V)={self.total_mem()} B, "
+            f"T(V)={self.total_time()}, cost_model={self.cost_model!r})"
+        )

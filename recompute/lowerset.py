@@ -1,0 +1,126 @@
+"""Lower sets and the cost of a lower-set sequence (Kusumoto et al. 2019, §2–3).
+
+Sets of nodes are plain Python sets/frozensets of node ids. A *lower set* L ≺ V has no edge from
+V \\ L into L (δ⁻(L) ⊆ L); its *boundary* ∂(L) = δ⁻(V \\ L) ∩ L are the nodes of L that are read
+from outside it. A strictly increasing sequence L1 ≺ … ≺ Lk = V defines blocks Vi = Li \\ Li-1 and
+the *canonical strategy*: cache ∂(Li) after computing Vi, recompute Vi \\ ∂(Li) in backward.
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Iterable, Sequence
+
+from .graph import Graph
+
+__all__ = [
+    "delta_plus",
+    "delta_minus",
+    "is_lower_set",
+    "boundary",
+    "blocks",
+    "check_sequence",
+    "cached_set",
+    "overhead",
+    "block_memory",
+    "peak",
+    "pruned_lower_sets",
+]
+
+NodeSet = AbstractSet[int]
+
+
+def delta_plus(g: Graph, s: Iterable[int]) -> frozenset[int]:
+    """δ⁺(S): nodes with an edge from some node of S."""
+    return frozenset(w for v in s for w in g.succs[v])
+
+
+def delta_minus(g: Graph, s: Iterable[int]) -> frozenset[int]:
+    """δ⁻(S): nodes with an edge into some node of S."""
+    return frozenset(u for v in s for u in g.preds[v])
+
+
+def is_lower_set(g: Graph, s: NodeSet) -> bool:
+    """L ≺ V iff δ⁻(L) ⊆ L."""
+    return all(u in s for v in s for u in g.preds[v])
+
+
+def boundary(g: Graph, lower: NodeSet) -> frozenset[int]:
+    """∂(L) = δ⁻(V \\ L) ∩ L: the nodes of L that something outside L reads."""
+    return frozenset(v for v in lower if any(w not in lower for w in g.succs[v]))
+
+
+def blocks(seq: Sequence[NodeSet]) -> list[frozenset[int]]:
+    """V_i = L_i \\ L_{i-1} for a lower-set sequence."""
+    out, prev = [], frozenset()
+    for lower in seq:
+        lower = frozenset(lower)
+        out.append(lower - prev)
+        prev = lower
+    return out
+
+
+def check_sequence(g: Graph, seq: Sequence[NodeSet]) -> None:
+    """Raise ``ValueError`` unless ``seq`` is a strictly increasing lower-set sequence ending at V."""
+    if not seq:
+        raise ValueError("a lower-set sequence needs at least one set (L_k = V)")
+    prev: frozenset[int] = frozenset()
+    for i, lower in enumerate(seq, 1):
+        lower = frozenset(lower)
+        if not is_lower_set(g, lower):
+            raise ValueError(f"L_{i} is not a lower set: it misses a predecessor of one of its nodes")
+        if not prev < lower:
+            raise ValueError(f"L_{i} does not strictly contain L_{i - 1}")
+        prev = lower
+    if prev != g.nodes:
+        raise ValueError("the last lower set of a sequence must be V")
+
+
+def cached_set(g: Graph, seq: Sequence[NodeSet]) -> frozenset[int]:
+    """U_k = ∪_i ∂(L_i): everything the canonical strategy keeps from the forward pass."""
+    return frozenset().union(*(boundary(g, frozenset(lower)) for lower in seq))
+
+
+def overhead(g: Graph, seq: Sequence[NodeSet], *, include_last: bool = False) -> int:
+    """Recomputation cost of the canonical strategy, eq. (1): Σ_i T(V_i \\ ∂(L_i)).
+
+    Eq. (1) also charges the last block V_k (∂(V) = ∅), although its values are still alive when the
+    backward pass starts and are never recomputed. By default that term is left out, so that the
+    number is the work the executor really repeats (0 for vanilla); ``include_last=True`` gives eq. (1)
+    verbatim.
+    """
+    vs = blocks(seq)
+    last = len(vs) if include_last else len(vs) - 1
+    total = 0
+    for lower, block in zip(seq[:last], vs[:last]):
+        total += sum(int(g.time[v]) for v in block - boundary(g, frozenset(lower)))
+    return total
+
+
+def _m(g: Graph, s: Iterable[int]) -> int:
+    return sum(int(g.mem[v]) for v in s)
+
+
+def block_memory(g: Graph, seq: Sequence[NodeSet]) -> list[int]:
+    """M(i) of eq. (2) for every block i:
+
+    M(i) = M(U_{i-1}) + 2 M(V_i) + M(δ⁺(L_i) \\ L_i) + M(δ⁻(δ⁺(L_i)) \\ L_i).
+    """
+    out: list[int] = []
+    cached: frozenset[int] = frozenset()
+    for lower, block in zip(seq, blocks(seq)):
+        lower = frozenset(lower)
+        above = delta_plus(g, lower) - lower
+        out.append(_m(g, cached) + 2 * _m(g, block) + _m(g, above) + _m(g, delta_minus(g, above) - lower))
+        cached = cached | boundary(g, lower)
+    return out
+
+
+def peak(g: Graph, seq: Sequence[NodeSet]) -> int:
+    """M({L_1 ≺ … ≺ L_k}) = max_i M(i), eq. (2)."""
+    return max(block_memory(g, seq))
+
+
+def pruned_lower_sets(g: Graph) -> list[frozenset[int]]:
+    """The pruned family {L_v | v ∈ V} of §4.3, L_v = v and everything that reaches v."""
+    a = g.ancestors_mask()
+    return [frozenset(map(int, a[v].nonzero()[0])) for v in range(g.n)]

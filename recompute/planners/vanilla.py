@@ -1,0 +1,12 @@
+"""``vanilla``: no recomputation, a single block with everything kept (the baseline peak)."""
+
+from __future__ import annotations
+
+from ..graph import Graph
+from ..plan import Plan, register
+
+
+@register("vanilla")
+def vanilla(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+    """k = 1, L_1 = V: the backward pass finds every forward value alive."""
+    return Plan.from_sequence(g, [g.nodes], method="vanilla", budget=budget)
