@@ -1,0 +1,113 @@
+"""Cost models: T_v, the forward cost of each node of V, in integer units.
+
+* ``paper`` — Kusumoto §3: 10 for a convolution, 1 for any other node.
+* ``flops`` — floating-point operations counted by ``torch.utils.flop_counter`` on FakeTensors (no
+  arithmetic); nodes without a FLOP formula (ReLU, add, BatchNorm, pooling…) cost one unit per output
+  element, so that every T_v > 0 and memory-bound ops are not free.
+* ``measured`` — median wall time in microseconds of the node run alone on real tensors of its
+  traced shape (on ``device``), ``repeats`` times after one warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch.utils.flop_counter import FlopCounterMode
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+__all__ = ["COST_MODELS", "cost"]
+
+_CONV = ("conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+
+
+def _op_name(node: fx.Node) -> str:
+    return str(node.target).split(".")[1] if str(node.target).startswith("aten.") else str(node.target)
+
+
+def paper_cost(program: Any) -> np.ndarray:
+    """10 per convolution, 1 otherwise (the paper's Table 1 setting)."""
+    return np.array([10 if _op_name(nodes[0]) in _CONV else 1 for nodes in program.members], dtype=np.int64)
+
+
+def _materialize(val: Any, make: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(val, torch.Tensor):
+        return make(val)
+    if isinstance(val, (list, tuple)):
+        return type(val)(_materialize(v, make) for v in val)
+    return val
+
+
+def _call_args(node: fx.Node, make: Callable[[torch.Tensor], torch.Tensor]) -> tuple[tuple, dict]:
+    """The node's arguments with every fx input replaced by a fresh tensor of its traced shape."""
+    conv = lambda a: _materialize(a.meta["val"], make) if isinstance(a, fx.Node) else a  # noqa: E731
+    return fx.node.map_aggregate(node.args, conv), fx.node.map_aggregate(node.kwargs, conv)
+
+
+def _numel(val: Any) -> int:
+    if isinstance(val, torch.Tensor):
+        return val.numel()
+    if isinstance(val, (list, tuple)):
+        return sum(_numel(v) for v in val)
+    return 0
+
+
+def flops_cost(program: Any) -> np.ndarray:
+    """FLOPs per node from ``torch.utils.flop_counter`` under FakeTensorMode; ≥ #output elements."""
+    out = []
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        make = lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)  # noqa: E731
+        for nodes in program.members:
+            op = nodes[0]
+            args, kwargs = _call_args(op, make)
+            counter = FlopCounterMode(display=False)
+            with counter:
+                op.target(*args, **kwargs)
+            out.append(max(counter.get_total_flops(), _numel(op.meta.get("val")), 1))
+    del mode
+    return np.asarray(out, dtype=np.int64)
+
+
+def measured_cost(program: Any, *, device: str | torch.device = "cpu", repeats: int = 3) -> np.ndarray:
+    """Median forward time of each node in microseconds, run alone on real tensors on ``device``."""
+    dev = torch.device(device)
+
+    def make(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype.is_floating_point:
+            return torch.randn(t.shape, dtype=t.dtype, device=dev)
+        return torch.zeros(t.shape, dtype=t.dtype, device=dev)
+
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    out = []
+    with torch.no_grad():
+        for nodes in program.members:
+            op = nodes[0]
+            args, kwargs = _call_args(op, make)
+            op.target(*args, **kwargs)  # warm-up
+            times = []
+            for _ in range(repeats):
+                sync()
+                start = time.perf_counter()
+                op.target(*args, **kwargs)
+                sync()
+                times.append(time.perf_counter() - start)
+            out.append(max(1, round(statistics.median(times) * 1e6)))
+    return np.asarray(out, dtype=np.int64)
+
+
+COST_MODELS: dict[str, Callable[..., np.ndarray]] = {
+    "paper": paper_cost,
+    "flops": flops_cost,
+    "measured": measured_cost,
+}
+
+
+def cost(name: str, program: Any, **options: Any) -> np.ndarray:
+    """T_v for every node of ``program`` under the cost model ``name``."""
+    if name not in COST_MODELS:
+        raise ValueError(f"unknown cost_model {name!r}; choose one of {', '.join(COST_MODELS)}")
+    return COST_MODELS[name](program, **options)
