@@ -15,6 +15,7 @@ emits a :class:`UserWarning` (the paper's 572 and 713 become 576 and 736).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -78,6 +79,35 @@ def _torchvision(arch: str, **defaults: Any) -> Callable[..., nn.Module]:
 
     make.__name__ = f"build_{arch}"
     return make
+
+
+class _ConvReLU(nn.Module):
+    """torchvision's ``BasicConv2d`` without BatchNorm (the original GoogLeNet had none)."""
+
+    def __init__(self, cin: int, cout: int, **conv: Any) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, **conv)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def _googlenet(batch_norm: bool = True, **kwargs: Any) -> nn.Module:
+    """torchvision GoogLeNet without aux heads; ``batch_norm=False`` swaps in BN-free convs
+    (Szegedy et al. 2015, as the paper's #V=134 suggests) through torchvision's ``blocks`` hook."""
+    # a from-import: ``torchvision.models.googlenet`` the attribute is the function, not the module
+    from torchvision.models.googlenet import Inception, InceptionAux, googlenet
+
+    opts: dict[str, Any] = dict(weights=None, aux_logits=False, init_weights=False)
+    if not batch_norm:
+        # GoogLeNet does not forward its conv block to the Inception blocks, so bind it here.
+        opts["blocks"] = [
+            _ConvReLU,
+            functools.partial(Inception, conv_block=_ConvReLU),
+            functools.partial(InceptionAux, conv_block=_ConvReLU),
+        ]
+    opts.update(kwargs)
+    return googlenet(**opts)
 
 
 def _unet(**kwargs: Any) -> nn.Module:
@@ -251,10 +281,10 @@ _SPECS: tuple[NetSpec, ...] = (
     NetSpec("resnet152", _torchvision("resnet152"), 48, _SQ(224), 516, "torchvision ResNet-152"),
     NetSpec("vgg19", _torchvision("vgg19"), 64, _SQ(224), 46, "torchvision VGG-19 (no BatchNorm)"),
     NetSpec("densenet161", _torchvision("densenet161"), 32, _SQ(224), 568, "torchvision DenseNet-161"),
-    NetSpec("googlenet", _torchvision("googlenet", aux_logits=False, init_weights=False), 256, _SQ(224), 134,
+    NetSpec("googlenet", _googlenet, 256, _SQ(224), 134,
             "torchvision GoogLeNet without auxiliary heads",
             "torchvision's GoogLeNet has BatchNorm after every conv; the paper's (Caffe-style) had none, "
-            "so its traced graph is larger than #V=134."),
+            "so its traced graph is larger than #V=134; build('googlenet', batch_norm=False) drops it."),
     NetSpec("chain", Chain, 4, _SQ(16), None, "8 conv+ReLU layers in a plain chain (test net)"),
     NetSpec("skip", Skip, 4, _SQ(16), None,
             "Kusumoto Fig. 2: chain with a skip from the first layer to the last (test net)"),

@@ -64,6 +64,7 @@ class Program:
     members: list[list[fx.Node]]
     prologue: list[fx.Node]
     out_spec: Any = None
+    module: torch.nn.Module | None = None
     input_shapes: list[tuple[int, ...]] = field(default_factory=list)
     trace_seconds: float = 0.0
 
@@ -133,6 +134,7 @@ def trace(
     start = _time.perf_counter()
     ep = _export(model, args)
     program = _condense(ep, args)
+    program.module = model
     program.trace_seconds = _time.perf_counter() - start
     preds, mem, names, ops = _graph_lists(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))

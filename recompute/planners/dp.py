@@ -1,0 +1,408 @@
+"""``exactdp`` and ``approxdp``: the DP of Kusumoto et al. (2019), §4.2–4.4, over a family of lower sets.
+
+Both planners run one DP core (:func:`_solve`) and differ only in the family of lower sets it may
+use: ``exactdp`` takes every lower set of G (§4.2), ``approxdp`` the pruned family
+{L_v | v ∈ V} ∪ {∅, V} (§4.3).
+
+The DP table is opt[L, t] = min m, where t is the overhead of a prefix L_1 ≺ … ≺ L_i = L (eq. 1,
+without the never-recomputed last block V_k) and m = M(U_i) is the memory of the boundaries cached so
+far. A transition L ⊊ L′ with block V′ = L′ \\ L is allowed iff the eq. (2) term fits:
+
+    m + 2 M(V′) + M(δ⁺(L′) \\ L′) + M(δ⁻(δ⁺(L′)) \\ L′) ≤ B,
+
+and leads to m′ = m + M(∂(L′) \\ L) (∂(L′) ∩ L ⊆ ∂(L) is already cached) and t′ = t + T(V′ \\ ∂(L′)),
+or t′ = t for L′ = V. Only the Pareto frontier of (t, m) per L is expanded (§4.2's pruning): for the
+time-centric strategy (tc) a state is dominated by one with smaller t and no larger m, for the
+memory-centric strategy (mc, §4.4: most overhead within the budget) by one with larger t and no larger
+m. Lower sets are visited by size, an order compatible with inclusion.
+
+With ``budget=None`` the planners use the smallest budget B* that admits a canonical strategy, found
+exactly in integer bytes by a search over feasibility runs of the same core (:func:`_min_budget`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from ..graph import Graph
+from ..plan import InfeasibleBudget, Plan, register
+
+__all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family"]
+
+_INF = np.iinfo(np.int64).max // 4  # "no state"; far above any sum of byte counts we add to it
+
+
+class TooManyLowerSets(ValueError):
+    """The exact DP's family of lower sets grew past ``max_lower_sets``."""
+
+    def __init__(self, count: int, limit: int, size: int):
+        self.count, self.limit = count, limit
+        super().__init__(
+            f"exactdp: the graph has more than max_lower_sets={limit} lower sets ({count} found among those "
+            f"of at most {size} nodes); raise max_lower_sets or use approxdp"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Families of lower sets as packed bitsets: row r, word v >> 6, bit v & 63 is set iff v ∈ L_r.
+
+
+def _words(n: int) -> int:
+    return max(1, (n + 63) // 64)
+
+
+def _pack(member: np.ndarray) -> np.ndarray:
+    """(K, n) booleans → (K, W) uint64 bitsets."""
+    k, n = member.shape
+    w = _words(n)
+    padded = np.zeros((k, w * 64), dtype=bool)
+    padded[:, :n] = member
+    return np.packbits(padded, axis=1, bitorder="little").view(np.uint64)
+
+
+def _unpack(bits: np.ndarray, n: int) -> np.ndarray:
+    """(K, W) uint64 bitsets → (K, n) booleans."""
+    return np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :n].astype(bool)
+
+
+def all_lower_sets(g: Graph, max_lower_sets: int = 200_000) -> np.ndarray:
+    """Every lower set of G as packed bitsets, by size (∅ first, V last).
+
+    Level s + 1 is {L ∪ {v} | L of size s, v ∉ L, δ⁻({v}) ⊆ L}: one matrix product per level finds
+    the addable nodes of all sets of the level at once.
+    """
+    n = g.n
+    pred = np.zeros((n, n), dtype=np.float32)  # pred[u, v] = 1 iff (u, v) ∈ E
+    for v, ps in enumerate(g.preds):
+        pred[list(ps), v] = 1.0
+    n_preds = pred.sum(axis=0)
+    level = np.zeros((1, _words(n)), dtype=np.uint64)
+    levels, count = [level], 1
+    for size in range(n):
+        member = _unpack(level, n)
+        # v is addable to L iff v ∉ L and all its predecessors are in L (counts are exact in float32).
+        addable = ~member & (member.astype(np.float32) @ pred == n_preds)
+        rows, nodes = np.nonzero(addable)
+        grown = level[rows].copy()
+        grown[np.arange(len(rows)), nodes >> 6] |= np.left_shift(np.uint64(1), (nodes & 63).astype(np.uint64))
+        level = np.unique(grown, axis=0)
+        count += len(level)
+        if count > max_lower_sets:
+            raise TooManyLowerSets(count, max_lower_sets, size + 1)
+        levels.append(level)
+    return np.concatenate(levels)
+
+
+def pruned_family(g: Graph) -> np.ndarray:
+    """{L_v | v ∈ V} ∪ {∅, V} of §4.3 as packed bitsets, by size."""
+    member = np.vstack([np.zeros((1, g.n), bool), g.ancestors_mask(), np.ones((1, g.n), bool)])
+    member = np.unique(member, axis=0)  # L_v = V for a node every other node reaches
+    return _pack(member[np.argsort(member.sum(axis=1), kind="stable")])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-lower-set costs and the DP core (numba: the loops over pairs L ⊊ L′ are the whole cost).
+
+
+@numba.njit(cache=True)
+def _has(bits: np.ndarray, r: int, v: int) -> bool:
+    return (bits[r, v >> 6] >> np.uint64(v & 63)) & np.uint64(1) != 0
+
+
+@numba.njit(cache=True)
+def _set_costs(bits, mem, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
+    """Per lower set L: |L|, M(L), T(L), c(L) = M(δ⁺(L) \\ L) + M(δ⁻(δ⁺(L)) \\ L), and ∂(L) (CSR)."""
+    k, n = bits.shape[0], mem.shape[0]
+    size = np.zeros(k, np.int64)
+    msum = np.zeros(k, np.int64)
+    tsum = np.zeros(k, np.int64)
+    cterm = np.zeros(k, np.int64)
+    bd_ptr = np.zeros(k + 1, np.int64)
+    bd_buf = np.empty(n, np.int64)
+    bd_all = np.empty(max(16, 4 * k), np.int64)
+    seen_above = np.full(n, -1, np.int64)  # stamps: "already counted for set r"
+    seen_in = np.full(n, -1, np.int64)
+    for r in range(k):
+        nb = 0
+        for u in range(n):
+            if not _has(bits, r, u):
+                continue
+            size[r] += 1
+            msum[r] += mem[u]
+            tsum[r] += time[u]
+            read_outside = False
+            for e in range(succ_ptr[u], succ_ptr[u + 1]):
+                w = succ_idx[e]
+                if _has(bits, r, w):
+                    continue
+                read_outside = True
+                if seen_above[w] != r:  # w ∈ δ⁺(L) \ L
+                    seen_above[w] = r
+                    cterm[r] += mem[w]
+                    for f in range(pred_ptr[w], pred_ptr[w + 1]):
+                        p = pred_idx[f]
+                        if seen_in[p] != r and not _has(bits, r, p):  # p ∈ δ⁻(δ⁺(L)) \ L
+                            seen_in[p] = r
+                            cterm[r] += mem[p]
+            if read_outside:  # u ∈ ∂(L)
+                bd_buf[nb] = u
+                nb += 1
+        if bd_ptr[r] + nb > bd_all.shape[0]:
+            grown = np.empty(2 * bd_all.shape[0] + nb, np.int64)
+            grown[: bd_ptr[r]] = bd_all[: bd_ptr[r]]
+            bd_all = grown
+        bd_all[bd_ptr[r] : bd_ptr[r] + nb] = bd_buf[:nb]
+        bd_ptr[r + 1] = bd_ptr[r] + nb
+    return size, msum, tsum, cterm, bd_ptr, bd_all[: bd_ptr[k]].copy()
+
+
+@numba.njit(cache=True)
+def _grow(a: np.ndarray, need: int) -> np.ndarray:
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+@numba.njit(cache=True)
+def _dp_core(bits, size, msum, tsum, cterm, bd_ptr, bd_idx, mem, time, by_mem, mem_sorted,
+             budget, window_budget, quantum, row_len, most):  # fmt: skip
+    """Fill opt[L, t] over the family (rows of ``bits``, sorted by size, ∅ first, V last).
+
+    States are stored per lower set as its Pareto frontier, ordered by decreasing m, in flat arrays
+    (``start[r]:stop[r]``): t (quantised by ``quantum``), m = M(U), the predecessor state, the set, and
+    the eq. (2) peak along the back-pointer path. ``most`` selects mc's dominance (larger t is better).
+    Only pairs with 2 M(L′ \\ L) + c(L′) ≤ window_budget are examined (a window over sets sorted by M).
+
+    Returns the frontier arrays and ``next_budget``: the least eq. (2) term among the examined
+    transitions from stored states that the budget rejected (every budget in [budget, next_budget)
+    admits exactly the same transitions among them).
+    """
+    k, words = bits.shape
+    half = quantum // 2
+    cap = 4 * k + 16
+    pt_t = np.empty(cap, np.int64)
+    pt_m = np.empty(cap, np.int64)
+    pt_prev = np.empty(cap, np.int64)
+    pt_set = np.empty(cap, np.int64)
+    pt_peak = np.empty(cap, np.int64)
+    start = np.zeros(k, np.int64)
+    stop = np.zeros(k, np.int64)
+    pt_t[0], pt_m[0], pt_prev[0], pt_set[0], pt_peak[0] = 0, 0, -1, 0, 0  # opt[∅, 0] = 0
+    stop[0] = 1
+    n_pts = 1
+    row_m = np.full(row_len, _INF, np.int64)
+    row_prev = np.empty(row_len, np.int64)
+    row_peak = np.empty(row_len, np.int64)
+    next_budget = _INF
+    for j in range(1, k):
+        # M(L) ≥ M(L′) − (window_budget − c(L′)) / 2, since m ≥ 0.
+        need = 2 * msum[j] + cterm[j] - window_budget
+        lo_m = (need + 1) // 2 if need > 0 else np.int64(-1)
+        a = np.searchsorted(mem_sorted, lo_m, side="left")
+        b = np.searchsorted(mem_sorted, msum[j], side="right")
+        t_lo, t_hi = row_len, -1
+        for idx in range(a, b):
+            i = by_mem[idx]
+            if size[i] >= size[j] or start[i] == stop[i]:
+                continue  # not a proper subset by size, or unreachable within the budget
+            subset = True
+            for w in range(words):
+                if bits[i, w] & ~bits[j, w]:
+                    subset = False
+                    break
+            if not subset:
+                continue
+            fixed = 2 * (msum[j] - msum[i]) + cterm[j]  # eq. (2) minus M(U_{i-1})
+            # ∂(L′) \ L: newly cached; ∂(L′) ∩ L is in ∂(L), already cached.
+            dm, dt_bd = np.int64(0), np.int64(0)
+            for e in range(bd_ptr[j], bd_ptr[j + 1]):
+                v = bd_idx[e]
+                if not _has(bits, i, v):
+                    dm += mem[v]
+                    dt_bd += time[v]
+            dt = np.int64(0) if j == k - 1 else (tsum[j] - tsum[i] - dt_bd + half) // quantum
+            # Frontier of L by decreasing m: the states within the budget are a suffix.
+            for q in range(stop[i] - 1, start[i] - 1, -1):
+                term = pt_m[q] + fixed
+                if term > budget:
+                    if term < next_budget:
+                        next_budget = term
+                    break
+                t2 = pt_t[q] + dt
+                m2 = pt_m[q] + dm
+                if m2 < row_m[t2]:
+                    row_m[t2] = m2
+                    row_prev[t2] = q
+                    row_peak[t2] = max(pt_peak[q], term)
+                    t_lo = min(t_lo, t2)
+                    t_hi = max(t_hi, t2)
+        start[j] = n_pts
+        if t_hi < 0:
+            stop[j] = n_pts
+            continue
+        need_cap = n_pts + t_hi - t_lo + 1
+        if need_cap > pt_t.shape[0]:
+            pt_t, pt_m = _grow(pt_t, need_cap), _grow(pt_m, need_cap)
+            pt_prev, pt_set, pt_peak = _grow(pt_prev, need_cap), _grow(pt_set, need_cap), _grow(pt_peak, need_cap)
+        # Pareto frontier: scan from the preferred end of t, keep a state iff its m beats all before it.
+        best = _INF
+        for s in range(t_hi - t_lo + 1):
+            t = t_hi - s if most else t_lo + s
+            if row_m[t] < best:
+                best = row_m[t]
+                pt_t[n_pts], pt_m[n_pts], pt_prev[n_pts] = t, best, row_prev[t]
+                pt_set[n_pts], pt_peak[n_pts] = j, row_peak[t]
+                n_pts += 1
+            row_m[t] = _INF
+        stop[j] = n_pts
+    return pt_t[:n_pts], pt_m[:n_pts], pt_prev[:n_pts], pt_set[:n_pts], pt_peak[:n_pts], start, stop, next_budget
+
+
+# ---------------------------------------------------------------------------------------------------
+# Python side: the family's costs, one DP run, the smallest-budget search, the planners.
+
+
+@dataclass
+class _Family:
+    """A family of lower sets (by size, ∅ first, V last) with the per-set costs the DP needs."""
+
+    g: Graph
+    bits: np.ndarray
+    size: np.ndarray
+    msum: np.ndarray
+    tsum: np.ndarray
+    cterm: np.ndarray
+    bd_ptr: np.ndarray
+    bd_idx: np.ndarray
+    by_mem: np.ndarray
+    mem_sorted: np.ndarray
+
+    @classmethod
+    def build(cls, g: Graph, bits: np.ndarray) -> "_Family":
+        def csr(lists: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+            ptr = np.zeros(len(lists) + 1, np.int64)
+            ptr[1:] = np.cumsum([len(x) for x in lists])
+            idx = np.fromiter((u for x in lists for u in x), np.int64, count=int(ptr[-1]))
+            return ptr, idx
+
+        bits = np.ascontiguousarray(bits)
+        size, msum, tsum, cterm, bd_ptr, bd_idx = _set_costs(bits, g.mem, g.time, *csr(g.succs), *csr(g.preds))
+        by_mem = np.argsort(msum, kind="stable")
+        return cls(g, bits, size, msum, tsum, cterm, bd_ptr, bd_idx, by_mem, msum[by_mem])
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    def lower_set(self, r: int) -> frozenset[int]:
+        return frozenset(map(int, np.flatnonzero(_unpack(self.bits[r : r + 1], self.g.n)[0])))
+
+
+@dataclass
+class _Run:
+    """One DP run: the sequence it found (indices into the family, or None) and what the search needs."""
+
+    seq: list[int] | None
+    t: int
+    peak: int
+    next_budget: int
+
+
+def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool, window_budget: int | None = None) -> _Run:
+    """Run the DP core at ``budget``; ``quantum=None`` drops t (a feasibility run: min M(U) per set)."""
+    g = fam.g
+    if quantum is None:
+        quantum, row_len = np.iinfo(np.int64).max // 4, 1  # every Δt quantises to 0
+    else:
+        # Each transition rounds Δt/quantum by at most ½ and a sequence has at most #V transitions.
+        row_len = g.total_time() // quantum + g.n // 2 + 2
+    out = _dp_core(
+        fam.bits, fam.size, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, g.mem, g.time,
+        fam.by_mem, fam.mem_sorted, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
+        np.int64(quantum), row_len, most,
+    )  # fmt: skip
+    pt_t, _, pt_prev, pt_set, pt_peak, start, stop, next_budget = out
+    last = len(fam) - 1
+    if start[last] == stop[last]:
+        return _Run(None, 0, 0, int(next_budget))
+    q = int(start[last])  # the first state of V's frontier: least t (tc) or most t (mc)
+    t, peak, seq = int(pt_t[q]), int(pt_peak[q]), []
+    while q > 0:  # state 0 is opt[∅, 0]
+        seq.append(int(pt_set[q]))
+        q = int(pt_prev[q])
+    return _Run(seq[::-1], t, peak, int(next_budget))
+
+
+def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, int]:
+    """Smallest integer budget B* with a canonical strategy over the family, and the number of runs.
+
+    Feasibility is monotone in B, so this is a bisection on integers that jumps: a feasible run at B
+    lowers ``hi`` to the eq. (2) peak of the strategy it found (≤ B), an infeasible one raises ``lo``
+    to the least rejected eq. (2) term (no smaller budget admits anything more). ``hi`` defaults to
+    vanilla's 2 M(V) (the single transition ∅ → V); only pairs within ``hi`` are examined.
+    """
+    hi = 2 * fam.g.total_mem() if hi is None else hi
+    steps = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        run = _run(fam, mid, quantum=None, most=False, window_budget=hi)
+        steps += 1
+        if run.seq is not None:
+            hi = run.peak
+        else:
+            lo = max(mid + 1, min(run.next_budget, hi))
+    return hi, steps
+
+
+def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: str | None,
+           time_levels: int, upper: int | None = None) -> Plan:  # fmt: skip
+    """The DP of §4.2 over ``fam``; ``upper`` is a known feasible budget that seeds the B* search."""
+    strategy = strategy or "tc"
+    if strategy not in ("tc", "mc"):
+        raise ValueError(f"{method}: unknown strategy {strategy!r}; use 'tc' or 'mc'")
+    info: dict = {"lower_sets": len(fam)}
+    if budget is None:
+        budget, info["search_runs"] = _min_budget(fam, hi=upper)
+        info["min_budget"] = budget
+    budget = int(budget)
+    # Quantise t to at most ~time_levels levels; Plan.overhead is recomputed exactly from the sequence.
+    quantum = max(1, math.ceil(g.total_time() / time_levels))
+    info["time_quantum"] = quantum
+    run = _run(fam, budget, quantum=quantum, most=strategy == "mc")
+    if run.seq is None:
+        min_budget, _ = _min_budget(fam, hi=upper, lo=budget + 1)
+        raise InfeasibleBudget(method, budget, min_budget)
+    info["dp_overhead"] = run.t * quantum  # the DP's own (quantised) value of eq. (1)
+    seq = [fam.lower_set(r) for r in run.seq]
+    return Plan.from_sequence(g, seq, method=method, strategy=strategy, budget=budget, **info)
+
+
+@register("exactdp")
+def exactdp(
+    g: Graph,
+    *,
+    budget: int | None = None,
+    strategy: str | None = None,
+    max_lower_sets: int = 200_000,
+    time_levels: int = 2000,
+) -> Plan:
+    """Exact DP of §4.2 over all lower sets of G (time-centric ``tc`` or memory-centric ``mc``, §4.4).
+
+    Raises :class:`TooManyLowerSets` when G has more than ``max_lower_sets`` lower sets. With
+    ``budget=None`` the budget is the smallest one that admits a canonical strategy; the search starts
+    from approxdp's smallest budget, an upper bound since {L_v} is a subfamily of all lower sets.
+    """
+    fam = _Family.build(g, all_lower_sets(g, max_lower_sets))
+    upper = _min_budget(_Family.build(g, pruned_family(g)))[0] if budget is None else None
+    return _solve(g, fam, "exactdp", budget, strategy, time_levels, upper)
+
+
+@register("approxdp")
+def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = 2000) -> Plan:
+    """Approximate DP of §4.3 over the pruned family {L_v | v ∈ V} ∪ {∅, V} (``tc`` or ``mc``, §4.4)."""
+    return _solve(g, _Family.build(g, pruned_family(g)), "approxdp", budget, strategy, time_levels)

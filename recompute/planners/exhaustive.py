@@ -1,0 +1,101 @@
+"""``exhaustive``: the depth-first search of Kusumoto et al. (2019), §4.1 — the oracle for small graphs.
+
+The search walks every strictly increasing lower-set sequence ∅ ≺ L_1 ≺ … ≺ L_k = V whose prefixes
+stay within the budget by eq. (2). As §4.1 observes, a prefix only matters through its state: the
+last lower set L = L_i, its overhead t (eq. 1, the last block V_k not charged) and m = M(U_i); we also
+carry its eq. (2) peak p so that one search answers every budget. States are visited once, nothing
+dominated is pruned, and every quantity comes from :mod:`recompute.lowerset` on plain sets: it
+shares no code with the DP and is exponential in #V (meant for #V ≤ ~12).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .. import lowerset
+from ..graph import Graph
+from ..plan import InfeasibleBudget, Plan, register
+
+__all__ = ["exhaustive", "lower_sets"]
+
+
+def lower_sets(g: Graph) -> list[frozenset[int]]:
+    """Every lower set of G, by size: grow each L by one node whose predecessors are all in L."""
+    level: set[frozenset[int]] = {frozenset()}
+    out: list[frozenset[int]] = []
+    while level:
+        out.extend(sorted(level, key=sorted))
+        level = {
+            lower | {v}
+            for lower in level
+            for v in range(g.n)
+            if v not in lower and all(u in lower for u in g.preds[v])
+        }
+    return out
+
+
+@register("exhaustive")
+def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+    """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.
+
+    ``budget=None`` uses the smallest budget B* for which a canonical strategy exists.
+    """
+    strategy = strategy or "tc"
+    if strategy not in ("tc", "mc"):
+        raise ValueError(f"exhaustive: unknown strategy {strategy!r}; use 'tc' or 'mc'")
+    everything = g.nodes
+    lowers = lower_sets(g)
+    limit = 2 * g.total_mem() if budget is None else int(budget)  # 2 M(V) admits every sequence
+
+    def mem(s: frozenset[int]) -> int:
+        return sum(int(g.mem[v]) for v in s)
+
+    @lru_cache(maxsize=None)
+    def step(lower: frozenset[int], upper: frozenset[int]) -> tuple[int, int, int]:
+        """Block V′ = L′ \\ L: (eq. (2) term without M(U), new cached memory, overhead)."""
+        block = upper - lower
+        above = lowerset.delta_plus(g, upper) - upper
+        term = 2 * mem(block) + mem(above) + mem(lowerset.delta_minus(g, above) - upper)
+        bd = lowerset.boundary(g, upper)
+        t = 0 if upper == everything else sum(int(g.time[v]) for v in block - bd)
+        return term, mem(bd - lower), t
+
+    # Iterative DFS over states (L, t, m, p); ``parent`` keeps the first way each state was reached.
+    start = (frozenset(), 0, 0, 0)
+    parent: dict[tuple, tuple | None] = {start: None}
+    stack = [start]
+    finals: list[tuple] = []
+    while stack:
+        state = stack.pop()
+        lower, t, m, p = state
+        if lower == everything:
+            finals.append(state)
+            continue
+        for upper in lowers:
+            if not lower < upper:
+                continue
+            term, dm, dt = step(lower, upper)
+            if m + term > limit:
+                continue
+            nxt = (upper, t + dt, m + dm, max(p, m + term))
+            if nxt not in parent:
+                parent[nxt] = state
+                stack.append(nxt)
+
+    if not finals:
+        raise InfeasibleBudget("exhaustive", limit, exhaustive(g, strategy=strategy).budget)
+    min_budget = min(p for *_, p in finals)  # every sequence within B* ≤ limit is among them
+    if budget is None:
+        budget = min_budget
+        finals = [s for s in finals if s[3] <= budget]
+    # tc: least overhead; mc: most. Ties go to the smaller peak, then to the first found.
+    pick = min if strategy == "tc" else max
+    best_t = pick(s[1] for s in finals)
+    state: tuple | None = min((s for s in finals if s[1] == best_t), key=lambda s: s[3])
+    seq = []
+    while state is not None and state[0]:
+        seq.append(state[0])
+        state = parent[state]
+    return Plan.from_sequence(
+        g, seq[::-1], method="exhaustive", strategy=strategy, budget=budget, min_budget=min_budget, states=len(parent)
+    )
