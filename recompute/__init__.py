@@ -1,13 +1,21 @@
 """recompute: plan and execute recomputation (activation checkpointing) over lower sets of the graph.
 
     import recompute
-    g = recompute.trace(model, (x,))             # G = (V, E) with M_v, T_v
-    p = recompute.plan(g, "approxdp", strategy="tc")
-    fast = recompute.optimize(model, (x,))       # a module that trains with less memory
+    g = recompute.trace(model, (x,))                  # G = (V, E) with M_v (bytes) and T_v
+    p = recompute.plan(g, "approxdp", strategy="tc")  # a canonical strategy L_1 ≺ … ≺ L_k = V
+    m = recompute.optimize(model, (x,))               # a module that trains with less memory
+    r = recompute.measure(model, (x,), runner=recompute.execute(g, p), backend="fake")
 """
 
 from . import lowerset
+from .execute import Executor, execute
 from .graph import Graph
-from .plan import InfeasibleBudget, Plan, plan, planners
+from .measure import Measurement, measure
+from .optimize import RecomputeModule, optimize
+from .plan import InfeasibleBudget, Plan, methods, plan
+from .trace import TraceError, trace
 
-__all__ = ["Graph", "Plan", "InfeasibleBudget", "plan", "planners", "lowerset"]
+__all__ = [
+    "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError",
+    "trace", "plan", "methods", "execute", "optimize", "measure", "lowerset",
+]

@@ -130,15 +130,18 @@ class Executor:
             self.last_use[max(users) if users else position[n.name]].append(n.name)
         self.random = {n.name for n in self.order if _random(n) and n.name in self.discarded}
 
-    def __call__(self, *inputs: torch.Tensor) -> Any:
-        return _Step(self).run(inputs)
+    def __call__(self, *inputs: torch.Tensor, state: dict[str, torch.Tensor] | None = None) -> Any:
+        """One forward pass; ``state`` (FQN → tensor) replaces the module's parameters and buffers,
+        as in ``torch.func.functional_call`` (the ``fake`` backend passes FakeTensor copies)."""
+        return _Step(self, state).run(inputs)
 
 
 class _Step:
     """The state of one forward/backward pass: packed handles, kept values, recomputed values."""
 
-    def __init__(self, ex: Executor):
+    def __init__(self, ex: Executor, state: dict[str, torch.Tensor] | None):
         self.ex = ex
+        self.state = state
         self.kept: dict[str, Any] = {}  # outside values block recomputations will read
         self.keep_left = Counter(ex.keep_count)
         self.captured: dict[_Replay, torch.Tensor] = {}
@@ -156,19 +159,24 @@ class _Step:
         p, module = self.ex.program, self.ex.module
         if len(inputs) != len(p.user_inputs):
             raise TypeError(f"the traced model takes {len(p.user_inputs)} tensor inputs, got {len(inputs)}")
-        named_params = dict(module.named_parameters(remove_duplicate=False))
-        named_buffers = dict(module.named_buffers(remove_duplicate=False))
+        tensors = self._state()
         written = set(p.buffer_writes.values())
         env: dict[str, Any] = {}
         for name, fqn in p.params.items():
-            env[name] = named_params[fqn]
+            env[name] = tensors[fqn]
         for name, fqn in p.buffers.items():
-            buf = named_buffers[fqn] if fqn in named_buffers else getattr(module, fqn)
+            buf = tensors[fqn] if fqn in tensors else _attr(module, fqn)
             # ops must read the pre-step value even when recomputed after the buffer was updated
             env[name] = buf.clone() if fqn in written else buf
         for name, x in zip(p.user_inputs, inputs):
             env[name] = x
         return env
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        if self.state is not None:
+            return self.state
+        module = self.ex.module
+        return {**dict(module.named_parameters(remove_duplicate=False)), **dict(module.named_buffers(remove_duplicate=False))}
 
     def run(self, inputs: Sequence[torch.Tensor]) -> Any:
         ex, p = self.ex, self.ex.program
@@ -192,10 +200,10 @@ class _Step:
                 for dead in ex.last_use.get(i, ()):
                     env.pop(dead, None)
         self.current, self.aliases = None, {}
-        named_buffers = dict(ex.module.named_buffers(remove_duplicate=False))
+        tensors = self._state()
         with torch.no_grad():
             for out_name, fqn in p.buffer_writes.items():
-                named_buffers[fqn].copy_(env[out_name])
+                tensors[fqn].copy_(env[out_name])
         outs = [env[n.name] for n in p.user_outputs]
         return tree_unflatten(outs, p.out_spec) if p.out_spec is not None else outs
 
@@ -273,6 +281,12 @@ class _Step:
                 self.keep_left[name] -= 1
                 if self.keep_left[name] == 0:
                     self.kept.pop(name, None)
+
+
+def _attr(module: torch.nn.Module, fqn: str) -> Any:
+    for part in fqn.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def _call(node: fx.Node, env: dict[str, Any]) -> Any:

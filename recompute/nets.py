@@ -7,9 +7,10 @@
 Every builder returns the model in train mode; inputs are ``torch.randn`` float32 CPU tensors.
 Nothing is ever downloaded (``weights=None`` / ``encoder_weights=None``).
 
-smp models (``unet``, ``pspnet``) need H and W divisible by their encoder's output stride (32 at
-depth 5). Policy: :func:`build` rounds a size that is not divisible *up* to the next multiple and
-emits a :class:`UserWarning` (the paper's 572 and 713 become 576 and 736).
+smp models that check their input (``model.requires_divisible_input_shape``; PSPNet, not U-Net in
+smp 0.6) need H and W divisible by the encoder's output stride (32 at depth 5, even once dilated).
+Policy: :func:`build` rounds such a size *up* to the next multiple and emits a :class:`UserWarning`
+(PSPNet's 713 becomes 736). U-Net takes any size, so it runs at the paper's 572.
 """
 
 from __future__ import annotations
@@ -266,17 +267,17 @@ class ResBlockNet(nn.Module):
 
 _SQ = lambda n: (n, n)  # noqa: E731
 
-_SMP_NOTE = "smp needs H, W divisible by the encoder's output stride (32 at depth 5): paper's {p} rounded up to {s}."
-
 _SPECS: tuple[NetSpec, ...] = (
     NetSpec("pspnet", _pspnet, 2, _SQ(736), 385,
             "smp PSPNet, dilated ResNet-101 encoder (output stride 8), 21 classes",
-            _SMP_NOTE.format(p=713, s=736) + " make_dilated keeps smp's divisible-by-32 check.",
+            "smp's PSPNet needs H, W divisible by its encoder's output stride, still 32 after make_dilated: "
+            "the paper's 713 rounded up to 736.",
             paper_input_size=_SQ(713)),
-    NetSpec("unet", _unet, 8, _SQ(576), 60,
+    NetSpec("unet", _unet, 8, _SQ(572), 60,
             "smp U-Net, plain VGG-13 encoder, no BatchNorm, 2 classes",
-            _SMP_NOTE.format(p=572, s=576) + " smp pads ('same' convs) where the original U-Net crops.",
-            paper_input_size=_SQ(572)),
+            "The paper's 572 as is: smp 0.6's Unet has requires_divisible_input_shape=False (its decoder "
+            "resizes each upsampled map to the skip's size); older smp needed a multiple of 32 (576). "
+            "smp pads its convs ('same') where the original U-Net crops, so the output is 572² not 388²."),
     NetSpec("resnet50", _torchvision("resnet50"), 96, _SQ(224), 176, "torchvision ResNet-50"),
     NetSpec("resnet152", _torchvision("resnet152"), 48, _SQ(224), 516, "torchvision ResNet-152"),
     NetSpec("vgg19", _torchvision("vgg19"), 64, _SQ(224), 46, "torchvision VGG-19 (no BatchNorm)"),
@@ -340,7 +341,8 @@ def build(
     Args:
         batch_size: defaults to the spec's (the paper's for paper networks).
         input_size: H (square) or (H, W); defaults to the spec's. For smp models a size not
-            divisible by the encoder's output stride is rounded up to the next multiple, with a warning.
+            divisible by the encoder's output stride is rounded up to the next multiple, with a warning
+            (only for models that check it: PSPNet; smp's U-Net accepts any size).
         seed: when given, weights and inputs are drawn from this seed without touching the global RNG.
         kwargs: passed to the builder (e.g. ``num_classes``, ``width``, ``encoder_name``).
     """

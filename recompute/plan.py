@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -9,7 +10,7 @@ from typing import Any, Callable, Sequence
 from . import lowerset
 from .graph import Graph
 
-__all__ = ["Plan", "InfeasibleBudget", "register", "plan", "planners", "STRATEGIES"]
+__all__ = ["Plan", "InfeasibleBudget", "register", "plan", "methods", "STRATEGIES"]
 
 STRATEGIES = ("tc", "mc")
 
@@ -109,10 +110,9 @@ def register(name: str) -> Callable[[Planner], Planner]:
     return deco
 
 
-def planners() -> list[str]:
-    """Names of the registered methods."""
-    from . import planners as _  # noqa: F401  (importing registers them)
-
+def methods() -> list[str]:
+    """Names of the registered planning methods."""
+    importlib.import_module(f"{__package__}.planners")  # importing the package registers them
     return sorted(_REGISTRY)
 
 
@@ -130,7 +130,7 @@ def plan(
     with ``budget=None`` they use the smallest budget for which a strategy exists. Raises
     :class:`InfeasibleBudget` (with the smallest feasible budget) when ``budget`` is too small.
     """
-    names = planners()
+    names = methods()
     if method not in _REGISTRY:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(names)}")
     if strategy is not None and strategy not in STRATEGIES:

@@ -1,0 +1,212 @@
+"""Measurement of one training step: peak memory and time, behind one interface, three backends.
+
+* ``cuda`` — ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, synchronised
+  wall time; what the caching allocator really hands out.
+* ``cpu`` — real execution; the peak of live tensor-storage bytes is tracked by a
+  ``TorchDispatchMode`` that registers every storage an op creates and releases it when the storage
+  dies (``weakref.finalize``), so it does not depend on any allocator. Wall time per iteration.
+* ``fake`` — the same step under ``FakeTensorMode``: the same allocation-level peak at paper scale
+  in seconds, with no arithmetic (and no time figure).
+
+The peak counts what the step allocates (activations, gradients, temporaries); parameters and the
+inputs exist before the step and are reported apart (``param_bytes``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["Measurement", "MemoryMeter", "measure", "BACKENDS", "default_loss"]
+
+BACKENDS = ("cuda", "cpu", "fake")
+
+
+@dataclass
+class Measurement:
+    """Peak memory and time of a training step (forward, loss, backward).
+
+    Attributes:
+        backend: ``cuda``, ``cpu`` or ``fake``.
+        peak_bytes: peak bytes allocated by the step above what existed before it (activations,
+            gradients and temporaries).
+        param_bytes: bytes of the parameters and buffers (add them for a total like the paper's).
+        grad_bytes: bytes of the parameter gradients at the end of the step.
+        seconds: median wall time of one step (``None`` on ``fake``).
+        times: every timed iteration, seconds.
+        predicted_peak: the planner's eq. (2) prediction, when a plan was measured.
+    """
+
+    backend: str
+    peak_bytes: int
+    param_bytes: int
+    grad_bytes: int
+    seconds: float | None = None
+    times: list[float] = field(default_factory=list)
+    predicted_peak: int | None = None
+
+    @property
+    def total_peak_bytes(self) -> int:
+        """Peak including parameters, comparable with the paper's Table 1."""
+        return self.peak_bytes + self.param_bytes
+
+
+class MemoryMeter(TorchDispatchMode):
+    """Counts the bytes of live tensor storages created under it; ``peak`` is the high-water mark.
+
+    A storage is alive while anything but the meter holds it: the meter keeps one reference to
+    each storage it saw created and, before every op, releases those whose C++ use count has fallen
+    to that one reference. (Python storage objects may die before the storage itself, e.g. while
+    autograd still holds a saved tensor, so their lifetime cannot be used.)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._storages: dict[int, tuple[torch.UntypedStorage, int]] = {}
+
+    def sweep(self) -> None:
+        """Release the storages nothing but the meter refers to any more."""
+        dead = [key for key in self._storages if torch._C._storage_Use_Count(key) == 1]
+        for key in dead:
+            self.live -= self._storages.pop(key)[1]
+
+    def exclude(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Storages that exist before the step (parameters, buffers, inputs): seen, never counted."""
+        for t in tensors:
+            storage = t.untyped_storage()
+            self._storages.setdefault(storage._cdata, (storage, 0))
+
+    def track(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key not in self._storages:
+            nbytes = storage.nbytes()
+            self._storages[key] = (storage, nbytes)
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.sweep()
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                self.track(t)
+        return out
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        self.sweep()
+        self._storages.clear()
+
+
+def default_loss(out: Any) -> torch.Tensor:
+    """A scalar that depends on every output element (mean of squares, in float32)."""
+    return sum(t.float().square().mean() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+
+
+Step = Callable[..., Any]
+
+
+def _bytes(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
+
+
+def _fake_state(model: torch.nn.Module, mode: FakeTensorMode) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for name, t in _state(model).items():
+        fake = mode.from_tensor(t)
+        out[name] = fake.detach().requires_grad_(t.requires_grad) if t.requires_grad else fake
+    return out
+
+
+def measure(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+    *,
+    runner: Callable[..., Any] | None = None,
+    backend: str = "cpu",
+    iterations: int = 3,
+    warmup: int = 1,
+    loss_fn: Callable[[Any], torch.Tensor] = default_loss,
+    predicted_peak: int | None = None,
+) -> Measurement:
+    """Measure training steps of ``runner`` (default: ``model`` itself, i.e. vanilla training).
+
+    ``runner(*inputs, state=...)`` is how an :class:`~recompute.execute.Executor` is called; a plain
+    module is called as ``torch.func.functional_call(model, state, inputs)``. Each step runs the
+    forward pass, ``loss_fn`` and ``backward()`` and then drops the gradients, so steps are alike.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    params = _state(model)
+    param_bytes = _bytes(list(params.values()))
+
+    def call(state: dict[str, torch.Tensor], xs: tuple) -> Any:
+        if runner is None:
+            return torch.func.functional_call(model, state, xs)
+        return runner(*xs, state=state)
+
+    def one_step(state: dict[str, torch.Tensor], xs: tuple) -> int:
+        loss_fn(call(state, xs)).backward()
+        grads = [t.grad for t in state.values() if isinstance(t, torch.Tensor) and t.grad is not None]
+        nbytes = _bytes(grads)
+        for t in state.values():
+            t.grad = None
+        return nbytes
+
+    if backend == "fake":
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+        state = _fake_state(model, mode)
+        xs = tuple(mode.from_tensor(x) for x in inputs)
+        with mode:
+            meter = MemoryMeter()
+            meter.exclude([*state.values(), *xs])
+            with meter:
+                grad_bytes = one_step(state, xs)
+        return Measurement("fake", meter.peak, param_bytes, grad_bytes, predicted_peak=predicted_peak)
+
+    cuda = backend == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise RuntimeError("backend 'cuda' needs a CUDA device; use 'cpu' or 'fake'")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    times: list[float] = []
+    peak = grad_bytes = 0
+    for it in range(warmup + iterations):
+        if cuda:
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            meter = None
+        else:
+            meter = MemoryMeter()
+            meter.exclude([*params.values(), *inputs])
+        start = time.perf_counter()
+        if meter is not None:
+            with meter:
+                grad_bytes = one_step(params, inputs)
+        else:
+            grad_bytes = one_step(params, inputs)
+        sync()
+        elapsed = time.perf_counter() - start
+        step_peak = meter.peak if meter is not None else torch.cuda.max_memory_allocated() - base
+        if it >= warmup:
+            times.append(elapsed)
+            peak = max(peak, step_peak)
+    return Measurement(
+        backend, peak, param_bytes, grad_bytes, seconds=statistics.median(times), times=times,
+        predicted_peak=predicted_peak,
+    )
