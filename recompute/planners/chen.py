@@ -6,8 +6,8 @@ it) has boundary ∂(L_v) = {v}: caching v alone lets the rest of the graph be c
 of split nodes v_1, …, v_{k-1} (in topological order) is the lower-set sequence
 L_{v_1} ≺ … ≺ L_{v_{k-1}} ≺ V, whose canonical strategy is Chen's segment-wise recomputation.
 
-A graph with no such node (Kusumoto Fig. 2: a skip connection from the first node to the last)
-cannot be segmented and gets k = 1, i.e. no saving.
+A graph with no such node besides its sources (Kusumoto Fig. 2: a skip connection from the first
+node to the last) cannot be segmented and gets k = 1, i.e. no saving.
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ __all__ = ["chen", "chen_greedy", "split_candidates"]
 
 
 def split_candidates(g: Graph) -> list[int]:
-    """Nodes v with ∂(L_v) = {v}, in topological order (by |L_v|)."""
+    """Nodes v with ∂(L_v) = {v} that read some other node, in topological order (by |L_v|).
+
+    A source is left out: the network's inputs are not in V, so a source is the first operation on
+    an input, and ending a segment there keeps the rest of the graph in one segment. This is what
+    makes Fig. 2 (a skip from the first node to the last) unsegmentable, as the paper says.
+    """
     a = g.ancestors_mask()  # row v: L_v
     succ = np.zeros((g.n, g.n), dtype=np.float32)
     for u, w in g.edges:
@@ -33,7 +38,7 @@ def split_candidates(g: Graph) -> list[int]:
     reads_out = (succ @ (~a).T.astype(np.float32)) > 0
     in_boundary = a.T & reads_out  # [u, v]: u ∈ ∂(L_v)
     only_self = in_boundary.sum(axis=0) == 1
-    cands = [v for v in range(g.n) if only_self[v] and in_boundary[v, v]]
+    cands = [v for v in range(g.n) if only_self[v] and in_boundary[v, v] and g.preds[v]]
     return sorted(cands, key=lambda v: int(a[v].sum()))
 
 

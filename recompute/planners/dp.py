@@ -14,7 +14,7 @@ and leads to m′ = m + M(∂(L′) \\ L) (∂(L′) ∩ L ⊆ ∂(L) is already
 or t′ = t for L′ = V. Only the Pareto frontier of (t, m) per L is expanded (§4.2's pruning): for the
 time-centric strategy (tc) a state is dominated by one with smaller t and no larger m, for the
 memory-centric strategy (mc, §4.4: most overhead within the budget) by one with larger t and no larger
-m. Lower sets are visited by size, an order compatible with inclusion.
+m. Lower sets are visited by (M(L), |L|), an order compatible with inclusion.
 
 With ``budget=None`` the planners use the smallest budget B* that admits a canonical strategy, found
 exactly in integer bytes by a search over feasibility runs of the same core (:func:`_min_budget`).
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from ..graph import Graph
 from ..plan import InfeasibleBudget, Plan, register
@@ -98,10 +99,9 @@ def all_lower_sets(g: Graph, max_lower_sets: int = 200_000) -> np.ndarray:
 
 
 def pruned_family(g: Graph) -> np.ndarray:
-    """{L_v | v ∈ V} ∪ {∅, V} of §4.3 as packed bitsets, by size."""
+    """{L_v | v ∈ V} ∪ {∅, V} of §4.3 as packed bitsets."""
     member = np.vstack([np.zeros((1, g.n), bool), g.ancestors_mask(), np.ones((1, g.n), bool)])
-    member = np.unique(member, axis=0)  # L_v = V for a node every other node reaches
-    return _pack(member[np.argsort(member.sum(axis=1), kind="stable")])
+    return _pack(np.unique(member, axis=0))  # L_v = V for a node every other node reaches
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -115,23 +115,31 @@ def _has(bits: np.ndarray, r: int, v: int) -> bool:
 
 @numba.njit(cache=True)
 def _set_costs(bits, mem, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
-    """Per lower set L: |L|, M(L), T(L), c(L) = M(δ⁺(L) \\ L) + M(δ⁻(δ⁺(L)) \\ L), and ∂(L) (CSR)."""
+    """Per lower set L: M(L), T(L), c(L) = M(δ⁺(L) \\ L) + M(δ⁻(δ⁺(L)) \\ L), and two node lists
+    (CSR over the sets): ∂(L), and the minimal nodes of V \\ L (v ∉ L with δ⁻({v}) ⊆ L)."""
     k, n = bits.shape[0], mem.shape[0]
-    size = np.zeros(k, np.int64)
     msum = np.zeros(k, np.int64)
     tsum = np.zeros(k, np.int64)
     cterm = np.zeros(k, np.int64)
     bd_ptr = np.zeros(k + 1, np.int64)
-    bd_buf = np.empty(n, np.int64)
-    bd_all = np.empty(max(16, 4 * k), np.int64)
+    mo_ptr = np.zeros(k + 1, np.int64)
+    bd_idx = np.empty(4 * k + 16, np.int64)
+    mo_idx = np.empty(4 * k + 16, np.int64)
     seen_above = np.full(n, -1, np.int64)  # stamps: "already counted for set r"
     seen_in = np.full(n, -1, np.int64)
     for r in range(k):
-        nb = 0
+        bd_idx = _grow(bd_idx, bd_ptr[r] + n)
+        mo_idx = _grow(mo_idx, mo_ptr[r] + n)
+        nb, nm = bd_ptr[r], mo_ptr[r]
         for u in range(n):
             if not _has(bits, r, u):
+                minimal = True
+                for f in range(pred_ptr[u], pred_ptr[u + 1]):
+                    minimal = minimal and _has(bits, r, pred_idx[f])
+                if minimal:
+                    mo_idx[nm] = u
+                    nm += 1
                 continue
-            size[r] += 1
             msum[r] += mem[u]
             tsum[r] += time[u]
             read_outside = False
@@ -149,15 +157,10 @@ def _set_costs(bits, mem, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
                             seen_in[p] = r
                             cterm[r] += mem[p]
             if read_outside:  # u ∈ ∂(L)
-                bd_buf[nb] = u
+                bd_idx[nb] = u
                 nb += 1
-        if bd_ptr[r] + nb > bd_all.shape[0]:
-            grown = np.empty(2 * bd_all.shape[0] + nb, np.int64)
-            grown[: bd_ptr[r]] = bd_all[: bd_ptr[r]]
-            bd_all = grown
-        bd_all[bd_ptr[r] : bd_ptr[r] + nb] = bd_buf[:nb]
-        bd_ptr[r + 1] = bd_ptr[r] + nb
-    return size, msum, tsum, cterm, bd_ptr, bd_all[: bd_ptr[k]].copy()
+        bd_ptr[r + 1], mo_ptr[r + 1] = nb, nm
+    return msum, tsum, cterm, bd_ptr, bd_idx[: bd_ptr[k]].copy(), mo_ptr, mo_idx[: mo_ptr[k]].copy()
 
 
 @numba.njit(cache=True)
@@ -170,21 +173,25 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _dp_core(bits, size, msum, tsum, cterm, bd_ptr, bd_idx, mem, time, by_mem, mem_sorted,
+def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, time,
              budget, window_budget, quantum, row_len, most):  # fmt: skip
-    """Fill opt[L, t] over the family (rows of ``bits``, sorted by size, ∅ first, V last).
+    """Fill opt[L, t] over the family (rows of ``bits``, sorted by (M(L), |L|), ∅ first, V last).
 
     States are stored per lower set as its Pareto frontier, ordered by decreasing m, in flat arrays
     (``start[r]:stop[r]``): t (quantised by ``quantum``), m = M(U), the predecessor state, the set, and
     the eq. (2) peak along the back-pointer path. ``most`` selects mc's dominance (larger t is better).
-    Only pairs with 2 M(L′ \\ L) + c(L′) ≤ window_budget are examined (a window over sets sorted by M).
+
+    The sets L ⊊ L′ come from the bitsets over the family in ``contains`` (bit r of row v: v ∈ L_r):
+    a lower set L lies inside L′ iff it misses every minimal node of V \\ L′. Only rows with
+    2 M(L′ \\ L) + c(L′) ≤ window_budget are looked at; in (M, |L|) order they form a contiguous run.
 
     Returns the frontier arrays and ``next_budget``: the least eq. (2) term among the examined
     transitions from stored states that the budget rejected (every budget in [budget, next_budget)
     admits exactly the same transitions among them).
     """
-    k, words = bits.shape
+    k = bits.shape[0]
     half = quantum // 2
+    ones = ~np.uint64(0)
     cap = 4 * k + 16
     pt_t = np.empty(cap, np.int64)
     pt_m = np.empty(cap, np.int64)
@@ -203,45 +210,46 @@ def _dp_core(bits, size, msum, tsum, cterm, bd_ptr, bd_idx, mem, time, by_mem, m
     for j in range(1, k):
         # M(L) ≥ M(L′) − (window_budget − c(L′)) / 2, since m ≥ 0.
         need = 2 * msum[j] + cterm[j] - window_budget
-        lo_m = (need + 1) // 2 if need > 0 else np.int64(-1)
-        a = np.searchsorted(mem_sorted, lo_m, side="left")
-        b = np.searchsorted(mem_sorted, msum[j], side="right")
+        first = np.searchsorted(msum[:j], (need + 1) // 2 if need > 0 else np.int64(-1))
         t_lo, t_hi = row_len, -1
-        for idx in range(a, b):
-            i = by_mem[idx]
-            if size[i] >= size[j] or start[i] == stop[i]:
-                continue  # not a proper subset by size, or unreachable within the budget
-            subset = True
-            for w in range(words):
-                if bits[i, w] & ~bits[j, w]:
-                    subset = False
-                    break
-            if not subset:
-                continue
-            fixed = 2 * (msum[j] - msum[i]) + cterm[j]  # eq. (2) minus M(U_{i-1})
-            # ∂(L′) \ L: newly cached; ∂(L′) ∩ L is in ∂(L), already cached.
-            dm, dt_bd = np.int64(0), np.int64(0)
-            for e in range(bd_ptr[j], bd_ptr[j + 1]):
-                v = bd_idx[e]
-                if not _has(bits, i, v):
-                    dm += mem[v]
-                    dt_bd += time[v]
-            dt = np.int64(0) if j == k - 1 else (tsum[j] - tsum[i] - dt_bd + half) // quantum
-            # Frontier of L by decreasing m: the states within the budget are a suffix.
-            for q in range(stop[i] - 1, start[i] - 1, -1):
-                term = pt_m[q] + fixed
-                if term > budget:
-                    if term < next_budget:
-                        next_budget = term
-                    break
-                t2 = pt_t[q] + dt
-                m2 = pt_m[q] + dm
-                if m2 < row_m[t2]:
-                    row_m[t2] = m2
-                    row_prev[t2] = q
-                    row_peak[t2] = max(pt_peak[q], term)
-                    t_lo = min(t_lo, t2)
-                    t_hi = max(t_hi, t2)
+        for wi in range(first >> 6, ((j - 1) >> 6) + 1 if j > first else first >> 6):
+            base = wi << 6
+            word = ones
+            for e in range(mo_ptr[j], mo_ptr[j + 1]):
+                word &= ~contains[mo_idx[e], wi]
+            if base < first:
+                word &= ones << np.uint64(first - base)
+            if base + 64 > j:
+                word &= (np.uint64(1) << np.uint64(j - base)) - np.uint64(1)
+            while word:
+                i = base + trailing_zeros(word)
+                word &= word - np.uint64(1)
+                if start[i] == stop[i]:
+                    continue  # unreachable within the budget
+                fixed = 2 * (msum[j] - msum[i]) + cterm[j]  # eq. (2) minus M(U_{i-1})
+                # ∂(L′) \ L: newly cached; ∂(L′) ∩ L is in ∂(L), already cached.
+                dm, dt_bd = np.int64(0), np.int64(0)
+                for e in range(bd_ptr[j], bd_ptr[j + 1]):
+                    v = bd_idx[e]
+                    if not _has(bits, i, v):
+                        dm += mem[v]
+                        dt_bd += time[v]
+                dt = np.int64(0) if j == k - 1 else (tsum[j] - tsum[i] - dt_bd + half) // quantum
+                # Frontier of L by decreasing m: the states within the budget are a suffix.
+                for q in range(stop[i] - 1, start[i] - 1, -1):
+                    term = pt_m[q] + fixed
+                    if term > budget:
+                        if term < next_budget:
+                            next_budget = term
+                        break
+                    t2 = pt_t[q] + dt
+                    m2 = pt_m[q] + dm
+                    if t2 < row_len and m2 < row_m[t2]:
+                        row_m[t2] = m2
+                        row_prev[t2] = q
+                        row_peak[t2] = max(pt_peak[q], term)
+                        t_lo = min(t_lo, t2)
+                        t_hi = max(t_hi, t2)
         start[j] = n_pts
         if t_hi < 0:
             stop[j] = n_pts
@@ -270,31 +278,33 @@ def _dp_core(bits, size, msum, tsum, cterm, bd_ptr, bd_idx, mem, time, by_mem, m
 
 @dataclass
 class _Family:
-    """A family of lower sets (by size, ∅ first, V last) with the per-set costs the DP needs."""
+    """A family of lower sets (by (M(L), |L|): ∅ first, V last) with the per-set costs the DP needs."""
 
     g: Graph
     bits: np.ndarray
-    size: np.ndarray
+    contains: np.ndarray
     msum: np.ndarray
     tsum: np.ndarray
     cterm: np.ndarray
     bd_ptr: np.ndarray
     bd_idx: np.ndarray
-    by_mem: np.ndarray
-    mem_sorted: np.ndarray
+    mo_ptr: np.ndarray
+    mo_idx: np.ndarray
 
     @classmethod
     def build(cls, g: Graph, bits: np.ndarray) -> "_Family":
+        """Order the sets by (M(L), |L|): compatible with inclusion, and the sets a lower set L′ can
+        be reached from within a budget form a contiguous run of rows just before it."""
         def csr(lists: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
             ptr = np.zeros(len(lists) + 1, np.int64)
             ptr[1:] = np.cumsum([len(x) for x in lists])
             idx = np.fromiter((u for x in lists for u in x), np.int64, count=int(ptr[-1]))
             return ptr, idx
 
-        bits = np.ascontiguousarray(bits)
-        size, msum, tsum, cterm, bd_ptr, bd_idx = _set_costs(bits, g.mem, g.time, *csr(g.succs), *csr(g.preds))
-        by_mem = np.argsort(msum, kind="stable")
-        return cls(g, bits, size, msum, tsum, cterm, bd_ptr, bd_idx, by_mem, msum[by_mem])
+        member = _unpack(bits, g.n)
+        order = np.lexsort((member.sum(axis=1), member @ g.mem))
+        bits, contains = np.ascontiguousarray(bits[order]), _pack(member[order].T)
+        return cls(g, bits, contains, *_set_costs(bits, g.mem, g.time, *csr(g.succs), *csr(g.preds)))
 
     def __len__(self) -> int:
         return len(self.bits)
@@ -313,17 +323,23 @@ class _Run:
     next_budget: int
 
 
-def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool, window_budget: int | None = None) -> _Run:
-    """Run the DP core at ``budget``; ``quantum=None`` drops t (a feasibility run: min M(U) per set)."""
+def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool = False,
+         window_budget: int | None = None, t_cap: int | None = None) -> _Run:  # fmt: skip
+    """Run the DP core at ``budget``; ``quantum=None`` drops t (a feasibility run: min M(U) per set).
+
+    States with quantised t > ``t_cap`` are dropped (tc only: t never decreases along a sequence).
+    """
     g = fam.g
     if quantum is None:
         quantum, row_len = np.iinfo(np.int64).max // 4, 1  # every Δt quantises to 0
+    elif t_cap is not None:
+        row_len = t_cap + 1
     else:
         # Each transition rounds Δt/quantum by at most ½ and a sequence has at most #V transitions.
         row_len = g.total_time() // quantum + g.n // 2 + 2
     out = _dp_core(
-        fam.bits, fam.size, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, g.mem, g.time,
-        fam.by_mem, fam.mem_sorted, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
+        fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr, fam.mo_idx,
+        g.mem, g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
         np.int64(quantum), row_len, most,
     )  # fmt: skip
     pt_t, _, pt_prev, pt_set, pt_peak, start, stop, next_budget = out
@@ -350,7 +366,7 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
     steps = 0
     while lo < hi:
         mid = (lo + hi) // 2
-        run = _run(fam, mid, quantum=None, most=False, window_budget=hi)
+        run = _run(fam, mid, quantum=None, window_budget=hi)
         steps += 1
         if run.seq is not None:
             hi = run.peak
@@ -360,23 +376,35 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
 
 
 def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: str | None,
-           time_levels: int, upper: int | None = None) -> Plan:  # fmt: skip
-    """The DP of §4.2 over ``fam``; ``upper`` is a known feasible budget that seeds the B* search."""
+           time_levels: int, seed: _Family | None = None) -> Plan:  # fmt: skip
+    """The DP of §4.2 over ``fam``.
+
+    ``seed`` is a cheap subfamily of ``fam`` (approxdp's, for exactdp): its smallest budget bounds the
+    B* search from above, and its tc optimum, computed with the same quantised Δt, caps t for tc.
+    """
     strategy = strategy or "tc"
     if strategy not in ("tc", "mc"):
         raise ValueError(f"{method}: unknown strategy {strategy!r}; use 'tc' or 'mc'")
     info: dict = {"lower_sets": len(fam)}
+
+    def min_budget(lo: int = 0) -> tuple[int, int]:
+        upper = _min_budget(seed)[0] if seed is not None else None
+        return _min_budget(fam, hi=upper, lo=lo)
+
     if budget is None:
-        budget, info["search_runs"] = _min_budget(fam, hi=upper)
+        budget, info["search_runs"] = min_budget()
         info["min_budget"] = budget
     budget = int(budget)
     # Quantise t to at most ~time_levels levels; Plan.overhead is recomputed exactly from the sequence.
     quantum = max(1, math.ceil(g.total_time() / time_levels))
     info["time_quantum"] = quantum
-    run = _run(fam, budget, quantum=quantum, most=strategy == "mc")
+    t_cap = None
+    if seed is not None and strategy == "tc":
+        hint = _run(seed, budget, quantum=quantum)
+        t_cap = hint.t if hint.seq is not None else None
+    run = _run(fam, budget, quantum=quantum, most=strategy == "mc", t_cap=t_cap)
     if run.seq is None:
-        min_budget, _ = _min_budget(fam, hi=upper, lo=budget + 1)
-        raise InfeasibleBudget(method, budget, min_budget)
+        raise InfeasibleBudget(method, budget, min_budget(lo=budget + 1)[0])
     info["dp_overhead"] = run.t * quantum  # the DP's own (quantised) value of eq. (1)
     seq = [fam.lower_set(r) for r in run.seq]
     return Plan.from_sequence(g, seq, method=method, strategy=strategy, budget=budget, **info)
@@ -394,12 +422,11 @@ def exactdp(
     """Exact DP of §4.2 over all lower sets of G (time-centric ``tc`` or memory-centric ``mc``, §4.4).
 
     Raises :class:`TooManyLowerSets` when G has more than ``max_lower_sets`` lower sets. With
-    ``budget=None`` the budget is the smallest one that admits a canonical strategy; the search starts
-    from approxdp's smallest budget, an upper bound since {L_v} is a subfamily of all lower sets.
+    ``budget=None`` the budget is the smallest one that admits a canonical strategy. approxdp's family
+    {L_v} is a subfamily of all lower sets, so its answers bound the exact ones and prune the search.
     """
     fam = _Family.build(g, all_lower_sets(g, max_lower_sets))
-    upper = _min_budget(_Family.build(g, pruned_family(g)))[0] if budget is None else None
-    return _solve(g, fam, "exactdp", budget, strategy, time_levels, upper)
+    return _solve(g, fam, "exactdp", budget, strategy, time_levels, seed=_Family.build(g, pruned_family(g)))
 
 
 @register("approxdp")

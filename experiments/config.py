@@ -1,0 +1,196 @@
+"""Structured-config schemas of the experiment app, registered with Hydra's ConfigStore.
+
+The YAML files under ``conf/`` are merged into these dataclasses, so OmegaConf checks every value's
+type while Hydra composes: an unknown key fails with ``Key '...' is not in struct`` and a value
+outside a closed set (a net, a planner, a device, ...) with ``Invalid value '...', expected one of
+[...]`` and its ``full_key``. :func:`to_experiment` adds the range checks types cannot express.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Optional
+
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+import recompute
+from recompute import nets
+
+__all__ = [
+    "Device", "TimeBackend", "CostModel", "Strategy", "WandbMode", "NetName", "Planner",
+    "NetConfig", "MethodConfig", "LoggerConfig", "TimingConfig", "AppConfig",
+    "register_configs", "to_experiment", "experiment_dict", "experiment_key", "GIB",
+]
+
+GIB = 2**30  # budget_gb and device_memory_gb are in GiB
+
+
+class Device(StrEnum):
+    """Where peak memory is measured; ``auto`` is cuda when available, else the ``fake`` backend."""
+
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+    fake = "fake"
+
+
+class TimeBackend(StrEnum):
+    """Where time is measured; ``auto`` times on the memory backend when it really runs (cpu/cuda)."""
+
+    auto = "auto"
+    none = "none"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class CostModel(StrEnum):
+    paper = "paper"
+    flops = "flops"
+    measured = "measured"
+
+
+class Strategy(StrEnum):
+    tc = "tc"
+    mc = "mc"
+
+
+class WandbMode(StrEnum):
+    """``disabled`` (the ``logger=none`` preset) never imports wandb."""
+
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
+
+
+# The closed sets the library defines, as enums, so OmegaConf lists them when a value is wrong.
+# ``module`` makes them picklable for the joblib and submitit launchers.
+NetName = StrEnum("NetName", {n: n for n in nets.names()}, module=__name__)
+Planner = StrEnum("Planner", {m: m for m in recompute.methods()}, module=__name__)
+
+
+@dataclass
+class NetConfig:
+    """A network of :mod:`recompute.nets`: registry name and its default batch and input size."""
+
+    name: NetName = MISSING
+    batch_size: int = MISSING
+    input_size: int = MISSING
+
+
+@dataclass
+class MethodConfig:
+    """A planning method: config name (``approxdp_tc``), planner, DP strategy, extra planner options."""
+
+    name: str = MISSING
+    planner: Planner = MISSING
+    strategy: Optional[Strategy] = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoggerConfig:
+    """Weights & Biases settings; runs land under ``dir`` (the Hydra output dir by default)."""
+
+    mode: WandbMode = WandbMode.offline
+    project: str = "recompute"
+    entity: Optional[str] = None
+    group: Optional[str] = None  # None: the sweep dir of a multirun, no group for a single run
+    tags: list[str] = field(default_factory=list)
+    dir: str = "${hydra:runtime.output_dir}"
+
+
+@dataclass
+class TimingConfig:
+    """Time measurement; ``batch_size``/``input_size`` (None: the run's) allow a reduced-size CPU timing."""
+
+    backend: TimeBackend = TimeBackend.auto
+    batch_size: Optional[int] = None
+    input_size: Optional[int] = None
+
+
+@dataclass
+class AppConfig:
+    """One experiment: net at (batch_size, input_size), method, where to measure, what to record."""
+
+    net: NetConfig = field(default_factory=NetConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    batch_size: int = "${net.batch_size}"  # type: ignore[assignment]  # interpolations are typed on resolve
+    input_size: int = "${net.input_size}"  # type: ignore[assignment]
+    device: Device = Device.auto
+    cost_model: CostModel = CostModel.paper
+    budget_gb: Optional[float] = None  # None: the planner's smallest feasible budget
+    device_memory_gb: Optional[float] = None  # a cap: runs predicted/measured above it are status=oom
+    iterations: int = 3
+    warmup: int = 1
+    seed: int = 0
+    results_dir: str = "${hydra:runtime.cwd}/results"
+    skip_existing: bool = True
+
+    def __post_init__(self) -> None:
+        positive = {
+            "batch_size": self.batch_size, "input_size": self.input_size, "iterations": self.iterations,
+            "timing.batch_size": self.timing.batch_size, "timing.input_size": self.timing.input_size,
+            "budget_gb": self.budget_gb, "device_memory_gb": self.device_memory_gb,
+        }
+        for key, value in positive.items():
+            if value is not None and value <= 0:
+                raise ValueError(f"{key} must be positive, got {value!r}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
+
+
+def register_configs() -> None:
+    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list)."""
+    ConfigStore.instance().store(name="app_schema", node=AppConfig)
+
+
+register_configs()
+
+
+def to_experiment(cfg: DictConfig) -> AppConfig:
+    """The composed config as a validated :class:`AppConfig` (resolves interpolations)."""
+    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+
+
+def memory_backend(device: Device) -> str:
+    """The ``recompute.measure`` backend for peak memory: auto → cuda if available, else fake."""
+    if device == Device.auto:
+        return "cuda" if torch.cuda.is_available() else "fake"
+    return device.value
+
+
+def time_backend(exp: AppConfig) -> str | None:
+    """The backend for time, or None when the run is not timed (``fake`` has no clock)."""
+    if exp.timing.backend == TimeBackend.auto:
+        mem = memory_backend(exp.device)
+        return mem if mem != "fake" else None
+    return None if exp.timing.backend == TimeBackend.none else exp.timing.backend.value
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, StrEnum) else value
+
+
+def experiment_dict(exp: AppConfig) -> dict[str, Any]:
+    """What defines the experiment (the record key): everything but logging and bookkeeping,
+    with ``auto`` devices resolved, since auto means a different experiment on a GPU machine."""
+    d = asdict(exp, dict_factory=lambda items: {k: _plain(v) for k, v in items})
+    for key in ("logger", "results_dir", "skip_existing"):
+        d.pop(key)
+    d["net"] = d["net"]["name"]  # its default sizes are already resolved into batch_size/input_size
+    d["device"] = memory_backend(exp.device)
+    d["timing"]["backend"] = time_backend(exp)
+    return d
+
+
+def experiment_key(exp: AppConfig) -> str:
+    """A stable short hash of :func:`experiment_dict`."""
+    text = json.dumps(experiment_dict(exp), sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]

@@ -1,0 +1,152 @@
+"""The executor gives exactly plain training's loss, gradients, BatchNorm statistics and RNG stream."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import recompute
+from recompute import lowerset, nets
+from recompute.plan import Plan
+
+from .exactness import check_plan, check_plans, train_step
+from .models import RandomDAGNet
+
+METHODS = [("vanilla", None), ("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"),
+           ("exactdp", "tc"), ("exactdp", "mc")]
+SMALL = ["chain", "skip", "siamese", "dropout", "resblock"]
+
+
+def by_method(method: str, strategy: str | None):
+    return lambda g: recompute.plan(g, method, strategy=strategy)
+
+
+def random_sequence(g: recompute.Graph, rng: random.Random) -> Plan:
+    """A random increasing lower-set sequence: cumulative unions of random L_v."""
+    family = lowerset.pruned_lower_sets(g)
+    seq: list[frozenset[int]] = []
+    current: frozenset[int] = frozenset()
+    for lower in rng.sample(family, k=rng.randint(1, min(8, len(family)))):
+        current |= lower
+        if not seq or current != seq[-1]:
+            seq.append(current)
+    if seq[-1] != g.nodes:
+        seq.append(g.nodes)
+    return Plan.from_sequence(g, seq, method="random")
+
+
+@pytest.mark.parametrize("net", SMALL)
+def test_small_nets_every_method(net):
+    model, inputs = nets.build(net)
+    check_plans(model, inputs, [by_method(m, s) for m, s in METHODS])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_dag_models_random_plans(seed):
+    model = RandomDAGNet(seed)
+    x = torch.randn(2, 4, 6, 6)
+    rng = random.Random(seed)
+    for trial in range(4):
+        check_plan(model, (x,), lambda g: random_sequence(g, rng), seed=trial)
+    check_plan(model, (x,), by_method("approxdp", "mc"))
+
+
+def test_dropout_recomputed_with_the_same_mask():
+    model, inputs = nets.build("dropout")
+    graph = recompute.trace(model, inputs)
+    dropouts = {v for v in range(graph.n) if "dropout" in graph.ops[v]}
+    assert dropouts
+
+    def recompute_dropout(g):
+        # blocks that end right after each dropout's successor, so every dropout is in some V_i \ ∂(L_i)
+        family = lowerset.pruned_lower_sets(g)
+        seq = sorted({family[w] for v in dropouts for w in g.succs[v]} | {g.nodes}, key=len)
+        return Plan.from_sequence(g, seq, method="hand")
+
+    plan = check_plan(model, inputs, recompute_dropout, seed=3)
+    assert dropouts & plan.recomputed(), "the test must recompute a dropout node"
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg19", "googlenet", "densenet161", "unet", "pspnet", "resnet152"])
+def test_zoo_tiny_inputs(name):
+    model, inputs = nets.build(name, batch_size=2, input_size=64 if name in ("unet", "pspnet") else 32)
+    methods = [("chen", None), ("approxdp", "tc"), ("approxdp", "mc")]
+    for plan in check_plans(model, inputs, [by_method(m, s) for m, s in methods]):
+        assert plan.recomputed(), f"{plan.method}: a tiny-input plan should still recompute something"
+
+
+def test_bn_statistics_updated_once_unlike_torch_checkpoint():
+    model, inputs = nets.build("resblock")
+    model = model.double()
+    inputs = tuple(x.double() for x in inputs)
+    plain, ckpt = copy.deepcopy(model), copy.deepcopy(model)
+    ref = train_step(plain, plain, inputs, 0)
+    # torch.utils.checkpoint runs BatchNorm's forward again in backward: statistics move twice
+    train_step(ckpt, lambda x: checkpoint(ckpt, x, use_reentrant=False), inputs, 0)
+    bn = next(n for n, _ in model.named_buffers() if n.endswith("num_batches_tracked"))
+    assert dict(ckpt.named_buffers())[bn].item() == 2 * ref[f"buffer:{bn}"].item()
+    check_plan(model, inputs, by_method("approxdp", "mc"))
+
+
+def test_optimize_trains_like_the_model_in_a_loop():
+    model, inputs = nets.build("resblock")
+    model = model.double()
+    x = inputs[0].double()
+    plain, planned = copy.deepcopy(model), copy.deepcopy(model)
+    wrapped = recompute.optimize(planned, (x,), method="approxdp", strategy="mc")
+    assert wrapped.plan is not None and wrapped.plan.recomputed()
+    for m, fwd in ((plain, plain), (planned, wrapped)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        torch.manual_seed(0)
+        for _ in range(3):
+            opt.zero_grad()
+            fwd(x).square().mean().backward()
+            opt.step()
+    for (name, a), b in zip(plain.state_dict().items(), planned.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12, msg=name)
+    wrapped.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(x), plain.eval()(x))
+
+
+def test_measured_peak_below_vanilla_on_fake_backend():
+    model, inputs = nets.build("resnet50", batch_size=16, input_size=224)
+    graph = recompute.trace(model, inputs)
+    vanilla = recompute.measure(model, inputs, backend="fake")
+    for method, strategy in [("approxdp", "tc"), ("approxdp", "mc"), ("chen", None)]:
+        plan = recompute.plan(graph, method, strategy=strategy)
+        got = recompute.measure(model, inputs, runner=recompute.execute(graph, plan), backend="fake")
+        assert got.peak_bytes < 0.7 * vanilla.peak_bytes, (method, strategy)
+
+
+def test_cpu_and_fake_backends_agree():
+    model, inputs = nets.build("resblock")
+    graph = recompute.trace(model, inputs)
+    ex = recompute.execute(graph, recompute.plan(graph, "approxdp", strategy="mc"))
+    cpu = recompute.measure(model, inputs, runner=ex, backend="cpu", iterations=1, warmup=0)
+    fake = recompute.measure(model, inputs, runner=ex, backend="fake")
+    assert cpu.peak_bytes == fake.peak_bytes > 0
+    assert cpu.seconds is not None and fake.seconds is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_backend_measures_and_is_exact():
+    model, inputs = nets.build("resblock")
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    graph = recompute.trace(model, inputs)
+    plan = recompute.plan(graph, "approxdp", strategy="mc")
+    ex = recompute.execute(graph, plan)
+    vanilla = recompute.measure(model, inputs, backend="cuda", iterations=2)
+    got = recompute.measure(model, inputs, runner=ex, backend="cuda", iterations=2)
+    assert got.peak_bytes > 0 and vanilla.peak_bytes > 0 and got.seconds > 0
+    plain, planned = copy.deepcopy(model), copy.deepcopy(model)
+    ref = train_step(plain, plain, inputs, 0)
+    graph = recompute.trace(planned, inputs)
+    out = train_step(planned, recompute.execute(graph, recompute.plan(graph, "approxdp", strategy="mc")), inputs, 0)
+    for key in ref:
+        torch.testing.assert_close(out[key], ref[key], msg=key)
