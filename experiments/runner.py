@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import recompute
 from recompute import nets
@@ -49,12 +48,9 @@ def git_commit() -> str | None:
 
 def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """The model (real weights) and inputs on ``backend``; fake inputs allocate nothing at paper scale."""
-    if backend == "fake":
-        model, small = nets.build(exp.net.name.value, batch_size=1, input_size=size, seed=exp.seed)
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            inputs = tuple(torch.empty(batch, *x.shape[1:]) for x in small)
-        return model, inputs
-    model, inputs = nets.build(exp.net.name.value, batch_size=batch, input_size=size, seed=exp.seed)
+    model, inputs = nets.build(
+        exp.net.name.value, batch_size=batch, input_size=size, seed=exp.seed, fake_inputs=backend == "fake"
+    )
     if backend == "cuda":
         model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     return model, inputs

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 __all__ = ["NetSpec", "NETS", "names", "spec", "build"]
 
@@ -334,6 +335,7 @@ def build(
     input_size: int | tuple[int, int] | None = None,
     *,
     seed: int | None = None,
+    fake_inputs: bool = False,
     **kwargs: Any,
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Build network ``name`` (train mode) and random example inputs.
@@ -344,6 +346,8 @@ def build(
             divisible by the encoder's output stride is rounded up to the next multiple, with a warning
             (only for models that check it: PSPNet; smp's U-Net accepts any size).
         seed: when given, weights and inputs are drawn from this seed without touching the global RNG.
+        fake_inputs: return FakeTensor inputs (shapes only, nothing allocated) for tracing and the
+            ``fake`` measurement backend at paper scale.
         kwargs: passed to the builder (e.g. ``num_classes``, ``width``, ``encoder_name``).
     """
     s = spec(name)
@@ -365,5 +369,10 @@ def build(
                 f"{name}: input {h}x{w} is not divisible by {m} (smp encoder output stride); using {rh}x{rw}",
                 stacklevel=2,
             )
-        inputs = tuple(torch.randn(batch, s.in_channels, rh, rw) for _ in range(s.num_inputs))
+        shape = (batch, s.in_channels, rh, rw)
+        if fake_inputs:
+            with FakeTensorMode():
+                inputs = tuple(torch.empty(shape) for _ in range(s.num_inputs))
+        else:
+            inputs = tuple(torch.randn(shape) for _ in range(s.num_inputs))
     return model, inputs

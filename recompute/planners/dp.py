@@ -380,7 +380,7 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
     """The DP of §4.2 over ``fam``.
 
     ``seed`` is a cheap subfamily of ``fam`` (approxdp's, for exactdp): its smallest budget bounds the
-    B* search from above, and its tc optimum, computed with the same quantised Δt, caps t for tc.
+    B* search from above, and its tc optimum, computed with the same quantised Δt, bounds t for tc.
     """
     strategy = strategy or "tc"
     if strategy not in ("tc", "mc"):
@@ -398,11 +398,20 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
     # Quantise t to at most ~time_levels levels; Plan.overhead is recomputed exactly from the sequence.
     quantum = max(1, math.ceil(g.total_time() / time_levels))
     info["time_quantum"] = quantum
-    t_cap = None
-    if seed is not None and strategy == "tc":
-        hint = _run(seed, budget, quantum=quantum)
-        t_cap = hint.t if hint.seq is not None else None
-    run = _run(fam, budget, quantum=quantum, most=strategy == "mc", t_cap=t_cap)
+    hint = _run(seed, budget, quantum=quantum) if seed is not None and strategy == "tc" else None
+    if hint is not None and hint.seq is not None:
+        # The seed's tc plan exists in fam with the same quantised t, so t* ≤ hint.t. Try caps
+        # 0, 3, 15, … first: with an ample budget t* is often far below it, and a capped run keeps
+        # at most cap + 1 states per lower set.
+        cap, info["cap_runs"] = 0, 0
+        while True:
+            run = _run(fam, budget, quantum=quantum, t_cap=min(cap, hint.t))
+            info["cap_runs"] += 1
+            if run.seq is not None or cap >= hint.t:
+                break
+            cap = 4 * cap + 3
+    else:
+        run = _run(fam, budget, quantum=quantum, most=strategy == "mc")
     if run.seq is None:
         raise InfeasibleBudget(method, budget, min_budget(lo=budget + 1)[0])
     info["dp_overhead"] = run.t * quantum  # the DP's own (quantised) value of eq. (1)

@@ -1,0 +1,37 @@
+"""Shared helpers of the benchmark scripts: paper reference numbers and markdown tables."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER_TABLE1 = REPO.parent / "shared" / "reference" / "kusumoto2019_table1.csv"
+
+
+def paper_table1() -> dict[str, dict[str, float]]:
+    """Kusumoto et al. Table 1 by network (GB values, batch and #V), empty when the file is absent."""
+    if not PAPER_TABLE1.exists():
+        return {}
+    with PAPER_TABLE1.open() as f:
+        return {row["network"]: {k: float(v) for k, v in row.items() if k != "network"} for row in csv.DictReader(f)}
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, marker: str, text: str) -> None:
+    """Replace the text between ``<!-- marker -->`` and ``<!-- /marker -->`` in ``path`` (or append)."""
+    begin, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    block = f"{begin}\n{text}\n{end}"
+    old = path.read_text() if path.exists() else ""
+    if begin in old and end in old:
+        new = old[: old.index(begin)] + block + old[old.index(end) + len(end):]
+    else:
+        new = old + ("\n" if old else "") + block + "\n"
+    path.write_text(new)
