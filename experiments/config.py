@@ -22,7 +22,7 @@ import recompute
 from recompute import nets
 
 __all__ = [
-    "Device", "TimeBackend", "CostModel", "Strategy", "WandbMode", "NetName", "Planner",
+    "Device", "TimeBackend", "CostModel", "MemoryModel", "Strategy", "WandbMode", "NetName", "Planner",
     "NetConfig", "MethodConfig", "LoggerConfig", "TimingConfig", "AppConfig",
     "register_configs", "to_experiment", "experiment_dict", "experiment_key", "GIB",
 ]
@@ -52,6 +52,14 @@ class CostModel(StrEnum):
     paper = "paper"
     flops = "flops"
     measured = "measured"
+
+
+class MemoryModel(StrEnum):
+    """The DP planners' memory model (``recompute.lowerset.block_memory``): the paper's eq. (2), or
+    the liveness variant that counts what autograd really keeps."""
+
+    paper = "paper"
+    liveness = "liveness"
 
 
 class Strategy(StrEnum):
@@ -125,6 +133,7 @@ class AppConfig:
     input_size: int = "${net.input_size}"  # type: ignore[assignment]
     device: Device = Device.auto
     cost_model: CostModel = CostModel.paper
+    memory_model: MemoryModel = MemoryModel.liveness  # used by the DP planners (exactdp, approxdp, exhaustive)
     budget_gb: Optional[float] = None  # None: the planner's smallest feasible budget
     device_memory_gb: Optional[float] = None  # a cap: runs predicted/measured above it are status=oom
     iterations: int = 3

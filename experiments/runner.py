@@ -33,6 +33,7 @@ __all__ = ["measure_experiment", "run", "summary", "STATUSES"]
 log = logging.getLogger(__name__)
 
 STATUSES = ("ok", "oom", "infeasible", "too_many_lower_sets", "error")
+MEMORY_MODEL_PLANNERS = ("exactdp", "approxdp", "exhaustive")  # the planners that take memory_model
 _REPO = Path(__file__).resolve().parents[1]
 
 
@@ -58,7 +59,10 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
-    return recompute.plan(graph, exp.method.planner.value, strategy=strategy, budget=budget, **exp.method.options)
+    options = dict(exp.method.options)
+    if exp.method.planner.value in MEMORY_MODEL_PLANNERS:
+        options.setdefault("memory_model", exp.memory_model.value)
+    return recompute.plan(graph, exp.method.planner.value, strategy=strategy, budget=budget, **options)
 
 
 def _measure(exp: AppConfig, model, inputs, backend: str, runner=None, predicted: int | None = None) -> recompute.Measurement:
@@ -148,7 +152,9 @@ def measure_experiment(exp: AppConfig) -> dict[str, Any]:
         planner=exp.method.planner.value, strategy=exp.method.strategy.value if exp.method.strategy else None,
         batch_size=exp.batch_size, input_size=exp.input_size, device=exp.device.value,
         memory_backend=mem, time_backend=tb, time_batch_size=t_batch if tb else None,
-        time_input_size=t_size if tb else None, cost_model=exp.cost_model.value, seed=exp.seed,
+        time_input_size=t_size if tb else None, cost_model=exp.cost_model.value,
+        memory_model=exp.memory_model.value if exp.method.planner.value in MEMORY_MODEL_PLANNERS else None,
+        seed=exp.seed,
         iterations=exp.iterations, warmup=exp.warmup,
         device_memory_bytes=int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None,
         budget=None, status="ok", error=None, git_commit=git_commit(), torch_version=torch.__version__,
@@ -217,7 +223,8 @@ def summary(rec: dict[str, Any]) -> str:
     rows = [
         ("#V / #E", f"{rec.get('num_nodes', '-')} / {rec.get('num_edges', '-')}", f"trace, cost model {rec['cost_model']}"),
         ("budget", _size(rec.get("budget")) if rec.get("budget") else "smallest feasible", f"min {_size(rec.get('min_budget'))}"),
-        ("predicted peak (+params)", _size(rec.get("predicted_total_bytes")), "eq. (2)"),
+        ("predicted peak (+params)", _size(rec.get("predicted_total_bytes")),
+         "liveness model" if rec.get("memory_model") == "liveness" else "eq. (2)"),
         ("measured peak (+params)", _size(rec.get("measured_peak_bytes")), mem),
         ("vanilla peak (+params)", _size(rec.get("vanilla_peak_bytes")), f"{mem}, vanilla {rec.get('vanilla_status', '-')}"),
         ("memory reduction", frac(rec.get("reduction")), mem),

@@ -25,7 +25,6 @@ Exactness beyond gradients:
 
 from __future__ import annotations
 
-import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -36,7 +35,7 @@ from torch.utils._pytree import tree_unflatten
 
 from .graph import Graph
 from .plan import Plan
-from .trace import Program
+from .trace import Program, run_node as _call
 
 __all__ = ["execute", "Executor"]
 
@@ -287,14 +286,6 @@ def _attr(module: torch.nn.Module, fqn: str) -> Any:
     for part in fqn.split("."):
         module = getattr(module, part)
     return module
-
-
-def _call(node: fx.Node, env: dict[str, Any]) -> Any:
-    args = fx.node.map_arg(node.args, lambda a: env[a.name])
-    kwargs = fx.node.map_arg(node.kwargs, lambda a: env[a.name])
-    if node.target is operator.getitem:
-        return args[0][args[1]]
-    return node.target(*args, **kwargs)
 
 
 def execute(graph: Graph, plan: Plan, module: torch.nn.Module | None = None) -> Executor:

@@ -28,6 +28,9 @@ class Graph:
         outputs: the nodes whose values leave the network (the loss or the model's output).
         cost_model: which cost model produced ``time``.
         program: the executable trace behind the graph (``None`` for graphs built from edges).
+        saved: bytes of each node's output that plain autograd keeps for backward (≤ ``mem``; a
+            value nobody saves is only transient). Defaults to ``mem``; the ``liveness`` memory model
+            of :mod:`recompute.lowerset` uses it.
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -38,11 +41,13 @@ class Graph:
     outputs: tuple[int, ...]
     cost_model: str = "given"
     program: Any = field(default=None, repr=False)
+    saved: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.preds)
         self.mem = np.asarray(self.mem, dtype=np.int64)
         self.time = np.asarray(self.time, dtype=np.int64)
+        self.saved = self.mem.copy() if self.saved is None else np.minimum(np.asarray(self.saved, np.int64), self.mem)
         if self.mem.shape != (n,) or self.time.shape != (n,):
             raise ValueError(f"mem and time need one entry per node ({n}); got {self.mem.shape} and {self.time.shape}")
         if (self.mem < 0).any() or (self.time < 0).any():

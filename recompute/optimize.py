@@ -65,10 +65,14 @@ def optimize(
     strategy: str | None = "tc",
     budget: int | None = None,
     cost_model: str = "paper",
+    memory_model: str = "liveness",
     **plan_options: Any,
 ) -> RecomputeModule:
     """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP,
     time-centric, at the smallest feasible budget when ``budget`` is None).
+
+    ``memory_model`` applies to the DP methods: ``"liveness"`` (default) plans with what autograd
+    really keeps, ``"paper"`` with the paper's eq. (2) (see :func:`recompute.lowerset.block_memory`).
 
     ``example_inputs`` plans eagerly (so a bad budget fails here, not in the first step); otherwise
     planning happens on the first training call. Use it in an ordinary loop::
@@ -78,6 +82,8 @@ def optimize(
     """
     if method in ("vanilla", "chen", "chen_greedy"):
         strategy = None
+    else:
+        plan_options["memory_model"] = memory_model
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
                               cost_model=cost_model, plan_options=plan_options)
     wrapped.train(model.training)

@@ -33,10 +33,12 @@ class Plan:
         lower_sets: L_1 ≺ … ≺ L_k = V as frozensets of node ids.
         cached: U_k = ∪ ∂(L_i), the values kept from the forward pass.
         overhead: recomputation cost Σ_{i<k} T(V_i \\ ∂(L_i)) (eq. 1 without the never-recomputed V_k).
-        peak: M({L_1 ≺ … ≺ L_k}) of eq. (2), bytes.
+        peak: M({L_1 ≺ … ≺ L_k}) of eq. (2), bytes (or of its liveness variant, see ``memory_model``).
         budget: the memory budget B the plan was solved for (``None`` where the method takes none).
         solve_seconds: wall time of the planner.
         info: method-specific facts (number of lower sets, time quantisation, search steps, …).
+        memory_model: ``"paper"`` (eq. 2) or ``"liveness"`` (:func:`recompute.lowerset.block_memory`),
+            the model ``peak`` and ``budget`` are expressed in.
     """
 
     method: str
@@ -48,6 +50,7 @@ class Plan:
     budget: int | None = None
     solve_seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    memory_model: str = "paper"
 
     @classmethod
     def from_sequence(
@@ -58,9 +61,10 @@ class Plan:
         method: str,
         strategy: str | None = None,
         budget: int | None = None,
+        memory_model: str = "paper",
         **info: Any,
     ) -> "Plan":
-        """Validate a lower-set sequence and evaluate it with eq. (1) and eq. (2)."""
+        """Validate a lower-set sequence and evaluate it with eq. (1) and eq. (2) (or ``memory_model``)."""
         seq = [frozenset(s) for s in seq]
         lowerset.check_sequence(g, seq)
         return cls(
@@ -69,9 +73,10 @@ class Plan:
             lower_sets=seq,
             cached=lowerset.cached_set(g, seq),
             overhead=lowerset.overhead(g, seq),
-            peak=lowerset.peak(g, seq),
+            peak=lowerset.peak(g, seq, memory_model),
             budget=budget,
             info=dict(info),
+            memory_model=memory_model,
         )
 
     @property

@@ -24,13 +24,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import costs
 from .graph import Graph
 
-__all__ = ["trace", "TraceError", "Program"]
+__all__ = ["trace", "TraceError", "Program", "run_node"]
 
 
 class TraceError(RuntimeError):
@@ -137,11 +138,12 @@ def trace(
     program.module = model
     program.trace_seconds = _time.perf_counter() - start
     preds, mem, names, ops = _graph_lists(program)
+    saved = _saved_bytes(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)
     return Graph(
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
-        cost_model=cost_model, program=program,
+        cost_model=cost_model, program=program, saved=saved,
     )
 
 
@@ -215,3 +217,56 @@ def _graph_lists(p: Program) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, t
         names.append(_label(op))
         ops.append(str(op.target))
     return tuple(preds), np.asarray(mem, dtype=np.int64), tuple(names), tuple(ops)
+
+
+def run_node(node: fx.Node, env: dict[str, Any]) -> Any:
+    """Run one fx node on the values in ``env`` (keyed by node name)."""
+    args = fx.node.map_arg(node.args, lambda a: env[a.name])
+    kwargs = fx.node.map_arg(node.kwargs, lambda a: env[a.name])
+    if node.target is operator.getitem:
+        return args[0][args[1]]
+    return node.target(*args, **kwargs)
+
+
+def _saved_bytes(p: Program) -> np.ndarray:
+    """Bytes of each node's output that plain autograd keeps for backward (saved by the node itself or
+    by a successor), found by running the forward pass once on FakeTensors under a saved-tensor hook.
+
+    This is what a value costs while its block waits for backward; a value nobody saves (a
+    convolution output read only by a ReLU, which saves its own output) lives only briefly.
+    """
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    owner: dict[int, tuple[int, int]] = {}  # storage → (node of V, bytes)
+    saved = np.zeros(len(p.members), dtype=np.int64)
+    counted: set[int] = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage()._cdata
+        if key in owner and key not in counted:
+            counted.add(key)
+            v, nbytes = owner[key]
+            saved[v] += nbytes
+        return t
+
+    env: dict[str, Any] = {}  # every value stays alive, so storage ids are never reused
+    with mode:
+        for node in p.gm.graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta["val"]
+                env[node.name] = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype).requires_grad_(
+                    node.name in p.params and val.dtype.is_floating_point
+                )
+        for node in p.prologue:
+            env[node.name] = run_node(node, env)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            for node in p.gm.graph.nodes:
+                if node.name not in p.group:
+                    continue
+                out = env[node.name] = run_node(node, env)
+                v = p.group[node.name]
+                if p.members[v][0] is not node:
+                    continue  # a view or getitem: its storage is its base's
+                for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                    if isinstance(t, torch.Tensor):
+                        owner.setdefault(t.untyped_storage()._cdata, (v, t.numel() * t.element_size()))
+    return saved

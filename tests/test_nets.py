@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import functools
 import math
-import time
 import warnings
 from pathlib import Path
 
@@ -186,11 +185,9 @@ def test_skip_output_depends_on_first_layer_through_the_skip() -> None:
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_small_nets_train_fast_at_defaults(name: str) -> None:
+def test_small_nets_train_at_defaults(name: str) -> None:
     model, inputs = nets.build(name, seed=0)
     s = nets.NETS[name]
     assert inputs[0].shape == (s.batch_size, 3, *s.input_size)
-    model(*inputs).sum().backward()  # warm-up
-    t = time.perf_counter()
     model(*inputs).sum().backward()
-    assert time.perf_counter() - t < 1.0
+    assert all(p.grad is not None for p in model.parameters())

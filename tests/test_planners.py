@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,6 +52,32 @@ def test_exactdp_matches_exhaustive(g: Graph, frac: float, strategy: str) -> Non
     assert dp.overhead == oracle.overhead  # tc: the least overhead; mc: the most
     assert_valid(g, dp)
     assert_valid(g, oracle)
+
+
+@ORACLE
+@given(dags(max_nodes=9), st.floats(0, 1), st.sampled_from(["tc", "mc"]), st.randoms(use_true_random=False))
+def test_liveness_model_exactdp_matches_exhaustive(g: Graph, frac: float, strategy: str, rnd) -> None:
+    # S_v ≤ M_v: what autograd keeps of each output
+    g.saved = np.array([rnd.randint(0, int(m)) for m in g.mem], dtype=np.int64)
+    kw = {"strategy": strategy, "memory_model": "liveness"}
+    oracle = recompute.plan(g, "exhaustive", **kw)
+    dp = recompute.plan(g, "exactdp", **kw)
+    assert dp.budget == oracle.budget and dp.overhead == oracle.overhead
+    vanilla = lowerset.peak(g, [g.nodes], "liveness")
+    assert oracle.budget <= vanilla
+    budget = oracle.budget + int(frac * (vanilla - oracle.budget))
+    oracle = recompute.plan(g, "exhaustive", budget=budget, **kw)
+    for method in DPS:
+        plan = recompute.plan(g, method, budget=budget, **kw)
+        lowerset.check_sequence(g, plan.lower_sets)
+        assert plan.peak == lowerset.peak(g, plan.lower_sets, "liveness") <= budget
+        if method == "exactdp":
+            assert plan.overhead == oracle.overhead
+        elif strategy == "tc":
+            assert plan.overhead >= oracle.overhead
+    with pytest.raises(InfeasibleBudget) as err:
+        recompute.plan(g, "exactdp", budget=dp.budget - 1, **kw)
+    assert err.value.min_budget == dp.budget
 
 
 # --- properties of the DPs ------------------------------------------------------------------------

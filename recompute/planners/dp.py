@@ -29,6 +29,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from .. import lowerset
 from ..graph import Graph
 from ..plan import InfeasibleBudget, Plan, register
 
@@ -114,8 +115,9 @@ def _has(bits: np.ndarray, r: int, v: int) -> bool:
 
 
 @numba.njit(cache=True)
-def _set_costs(bits, mem, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
-    """Per lower set L: M(L), T(L), c(L) = M(δ⁺(L) \\ L) + M(δ⁻(δ⁺(L)) \\ L), and two node lists
+def _set_costs(bits, mem, weight, inner, extra, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
+    """Per lower set L: W(L) (the block weight, 2 M(L) for eq. 2), T(L),
+    c(L) = M(δ⁺(L) \\ L) + X(δ⁻(δ⁺(L)) \\ L) + extra (X = ``inner``: M for eq. 2), and two node lists
     (CSR over the sets): ∂(L), and the minimal nodes of V \\ L (v ∉ L with δ⁻({v}) ⊆ L)."""
     k, n = bits.shape[0], mem.shape[0]
     msum = np.zeros(k, np.int64)
@@ -140,7 +142,7 @@ def _set_costs(bits, mem, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
                     mo_idx[nm] = u
                     nm += 1
                 continue
-            msum[r] += mem[u]
+            msum[r] += weight[u]
             tsum[r] += time[u]
             read_outside = False
             for e in range(succ_ptr[u], succ_ptr[u + 1]):
@@ -155,11 +157,12 @@ def _set_costs(bits, mem, time, succ_ptr, succ_idx, pred_ptr, pred_idx):
                         p = pred_idx[f]
                         if seen_in[p] != r and not _has(bits, r, p):  # p ∈ δ⁻(δ⁺(L)) \ L
                             seen_in[p] = r
-                            cterm[r] += mem[p]
+                            cterm[r] += inner[p]
             if read_outside:  # u ∈ ∂(L)
                 bd_idx[nb] = u
                 nb += 1
         bd_ptr[r + 1], mo_ptr[r + 1] = nb, nm
+        cterm[r] += extra
     return msum, tsum, cterm, bd_ptr, bd_idx[: bd_ptr[k]].copy(), mo_ptr, mo_idx[: mo_ptr[k]].copy()
 
 
@@ -173,7 +176,7 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, time,
+def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, time,
              budget, window_budget, quantum, row_len, most):  # fmt: skip
     """Fill opt[L, t] over the family (rows of ``bits``, sorted by (M(L), |L|), ∅ first, V last).
 
@@ -183,7 +186,9 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
 
     The sets L ⊊ L′ come from the bitsets over the family in ``contains`` (bit r of row v: v ∈ L_r):
     a lower set L lies inside L′ iff it misses every minimal node of V \\ L′. Only rows with
-    2 M(L′ \\ L) + c(L′) ≤ window_budget are looked at; in (M, |L|) order they form a contiguous run.
+    W(L′) − W(L) + c(L′) ≤ window_budget are looked at; in (W, |L|) order they form a contiguous run.
+    (``msum`` holds W; the block term is W(L′) − W(L) plus ``hold`` summed over the newly cached
+    boundary ∂(L′) \\ L: 0 for eq. 2, M_v − S_v for the liveness model, whose cached values are whole.)
 
     Returns the frontier arrays and ``next_budget``: the least eq. (2) term among the examined
     transitions from stored states that the budget rejected (every budget in [budget, next_budget)
@@ -208,9 +213,9 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
     row_peak = np.empty(row_len, np.int64)
     next_budget = _INF
     for j in range(1, k):
-        # M(L) ≥ M(L′) − (window_budget − c(L′)) / 2, since m ≥ 0.
-        need = 2 * msum[j] + cterm[j] - window_budget
-        first = np.searchsorted(msum[:j], (need + 1) // 2 if need > 0 else np.int64(-1))
+        # W(L) ≥ W(L′) + c(L′) − window_budget, since m ≥ 0 and hold ≥ 0.
+        need = msum[j] + cterm[j] - window_budget
+        first = np.searchsorted(msum[:j], need if need > 0 else np.int64(-1))
         t_lo, t_hi = row_len, -1
         for wi in range(first >> 6, ((j - 1) >> 6) + 1 if j > first else first >> 6):
             base = wi << 6
@@ -226,14 +231,15 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
                 word &= word - np.uint64(1)
                 if start[i] == stop[i]:
                     continue  # unreachable within the budget
-                fixed = 2 * (msum[j] - msum[i]) + cterm[j]  # eq. (2) minus M(U_{i-1})
                 # ∂(L′) \ L: newly cached; ∂(L′) ∩ L is in ∂(L), already cached.
-                dm, dt_bd = np.int64(0), np.int64(0)
+                dm, dh, dt_bd = np.int64(0), np.int64(0), np.int64(0)
                 for e in range(bd_ptr[j], bd_ptr[j + 1]):
                     v = bd_idx[e]
                     if not _has(bits, i, v):
                         dm += mem[v]
+                        dh += hold[v]
                         dt_bd += time[v]
+                fixed = msum[j] - msum[i] + cterm[j] + dh  # eq. (2) minus M(U_{i-1})
                 dt = np.int64(0) if j == k - 1 else (tsum[j] - tsum[i] - dt_bd + half) // quantum
                 # Frontier of L by decreasing m: the states within the budget are a suffix.
                 for q in range(stop[i] - 1, start[i] - 1, -1):
@@ -278,7 +284,8 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
 
 @dataclass
 class _Family:
-    """A family of lower sets (by (M(L), |L|): ∅ first, V last) with the per-set costs the DP needs."""
+    """A family of lower sets (by (W(L), |L|): ∅ first, V last) with the per-set costs the DP needs
+    under a memory model (``msum`` holds W)."""
 
     g: Graph
     bits: np.ndarray
@@ -290,21 +297,32 @@ class _Family:
     bd_idx: np.ndarray
     mo_ptr: np.ndarray
     mo_idx: np.ndarray
+    hold: np.ndarray
 
     @classmethod
-    def build(cls, g: Graph, bits: np.ndarray) -> "_Family":
-        """Order the sets by (M(L), |L|): compatible with inclusion, and the sets a lower set L′ can
-        be reached from within a budget form a contiguous run of rows just before it."""
+    def build(cls, g: Graph, bits: np.ndarray, memory_model: str = "paper") -> "_Family":
+        """Order the sets by (W(L), |L|): compatible with inclusion (W_v ≥ 0), and the sets a lower
+        set L′ can be reached from within a budget form a contiguous run of rows just before it.
+
+        Eq. (2): W = 2 M, X = M, no extra, hold = 0. Liveness model (``lowerset.block_memory``):
+        W = X = S, extra = 2 max M, hold = M − S."""
         def csr(lists: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
             ptr = np.zeros(len(lists) + 1, np.int64)
             ptr[1:] = np.cumsum([len(x) for x in lists])
             idx = np.fromiter((u for x in lists for u in x), np.int64, count=int(ptr[-1]))
             return ptr, idx
 
+        if memory_model == "paper":
+            weight, inner, extra, hold = 2 * g.mem, g.mem, 0, np.zeros_like(g.mem)
+        elif memory_model == "liveness":
+            weight, inner, extra, hold = g.saved, g.saved, lowerset.gradient_allowance(g), g.mem - g.saved
+        else:
+            raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(lowerset.MEMORY_MODELS)}")
         member = _unpack(bits, g.n)
-        order = np.lexsort((member.sum(axis=1), member @ g.mem))
+        order = np.lexsort((member.sum(axis=1), member @ weight))
         bits, contains = np.ascontiguousarray(bits[order]), _pack(member[order].T)
-        return cls(g, bits, contains, *_set_costs(bits, g.mem, g.time, *csr(g.succs), *csr(g.preds)))
+        costs = _set_costs(bits, g.mem, weight, inner, np.int64(extra), g.time, *csr(g.succs), *csr(g.preds))
+        return cls(g, bits, contains, *costs, hold=np.ascontiguousarray(hold))
 
     def __len__(self) -> int:
         return len(self.bits)
@@ -339,7 +357,7 @@ def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool = False,
         row_len = g.total_time() // quantum + g.n // 2 + 2
     out = _dp_core(
         fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr, fam.mo_idx,
-        g.mem, g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
+        g.mem, fam.hold, g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
         np.int64(quantum), row_len, most,
     )  # fmt: skip
     pt_t, _, pt_prev, pt_set, pt_peak, start, stop, next_budget = out
@@ -360,9 +378,9 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
     Feasibility is monotone in B, so this is a bisection on integers that jumps: a feasible run at B
     lowers ``hi`` to the eq. (2) peak of the strategy it found (≤ B), an infeasible one raises ``lo``
     to the least rejected eq. (2) term (no smaller budget admits anything more). ``hi`` defaults to
-    vanilla's 2 M(V) (the single transition ∅ → V); only pairs within ``hi`` are examined.
+    vanilla's peak (the single transition ∅ → V: 2 M(V) for eq. 2); only pairs within ``hi`` are examined.
     """
-    hi = 2 * fam.g.total_mem() if hi is None else hi
+    hi = int(fam.msum[-1] + fam.cterm[-1]) if hi is None else hi
     steps = 0
     while lo < hi:
         mid = (lo + hi) // 2
@@ -376,7 +394,7 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
 
 
 def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: str | None,
-           time_levels: int, seed: _Family | None = None) -> Plan:  # fmt: skip
+           time_levels: int, memory_model: str, seed: _Family | None = None) -> Plan:  # fmt: skip
     """The DP of §4.2 over ``fam``.
 
     ``seed`` is a cheap subfamily of ``fam`` (approxdp's, for exactdp): its smallest budget bounds the
@@ -416,7 +434,8 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
         raise InfeasibleBudget(method, budget, min_budget(lo=budget + 1)[0])
     info["dp_overhead"] = run.t * quantum  # the DP's own (quantised) value of eq. (1)
     seq = [fam.lower_set(r) for r in run.seq]
-    return Plan.from_sequence(g, seq, method=method, strategy=strategy, budget=budget, **info)
+    return Plan.from_sequence(g, seq, method=method, strategy=strategy, budget=budget,
+                              memory_model=memory_model, **info)
 
 
 @register("exactdp")
@@ -427,18 +446,23 @@ def exactdp(
     strategy: str | None = None,
     max_lower_sets: int = 200_000,
     time_levels: int = 2000,
+    memory_model: str = "paper",
 ) -> Plan:
     """Exact DP of §4.2 over all lower sets of G (time-centric ``tc`` or memory-centric ``mc``, §4.4).
 
     Raises :class:`TooManyLowerSets` when G has more than ``max_lower_sets`` lower sets. With
     ``budget=None`` the budget is the smallest one that admits a canonical strategy. approxdp's family
     {L_v} is a subfamily of all lower sets, so its answers bound the exact ones and prune the search.
+    ``memory_model`` is ``"paper"`` (eq. 2) or ``"liveness"`` (see :func:`recompute.lowerset.block_memory`).
     """
-    fam = _Family.build(g, all_lower_sets(g, max_lower_sets))
-    return _solve(g, fam, "exactdp", budget, strategy, time_levels, seed=_Family.build(g, pruned_family(g)))
+    fam = _Family.build(g, all_lower_sets(g, max_lower_sets), memory_model)
+    seed = _Family.build(g, pruned_family(g), memory_model)
+    return _solve(g, fam, "exactdp", budget, strategy, time_levels, memory_model, seed=seed)
 
 
 @register("approxdp")
-def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = 2000) -> Plan:
+def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = 2000,
+             memory_model: str = "paper") -> Plan:  # fmt: skip
     """Approximate DP of §4.3 over the pruned family {L_v | v ∈ V} ∪ {∅, V} (``tc`` or ``mc``, §4.4)."""
-    return _solve(g, _Family.build(g, pruned_family(g)), "approxdp", budget, strategy, time_levels)
+    fam = _Family.build(g, pruned_family(g), memory_model)
+    return _solve(g, fam, "approxdp", budget, strategy, time_levels, memory_model)

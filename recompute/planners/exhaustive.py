@@ -35,28 +35,39 @@ def lower_sets(g: Graph) -> list[frozenset[int]]:
 
 
 @register("exhaustive")
-def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None,
+               memory_model: str = "paper") -> Plan:  # fmt: skip
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.
 
-    ``budget=None`` uses the smallest budget B* for which a canonical strategy exists.
+    ``budget=None`` uses the smallest budget B* for which a canonical strategy exists. The peak is
+    eq. (2) or its liveness variant (``memory_model``, see :func:`recompute.lowerset.block_memory`).
     """
     strategy = strategy or "tc"
     if strategy not in ("tc", "mc"):
         raise ValueError(f"exhaustive: unknown strategy {strategy!r}; use 'tc' or 'mc'")
     everything = g.nodes
     lowers = lower_sets(g)
-    limit = 2 * g.total_mem() if budget is None else int(budget)  # 2 M(V) admits every sequence
+    liveness = memory_model == "liveness"
+    # vanilla's peak (2 M(V) for eq. 2) admits every sequence
+    limit = lowerset.peak(g, [everything], memory_model) if budget is None else int(budget)
 
     def mem(s: frozenset[int]) -> int:
         return sum(int(g.mem[v]) for v in s)
+
+    def saved(s: frozenset[int]) -> int:
+        return sum(int(g.saved[v]) for v in s)
 
     @lru_cache(maxsize=None)
     def step(lower: frozenset[int], upper: frozenset[int]) -> tuple[int, int, int]:
         """Block V′ = L′ \\ L: (eq. (2) term without M(U), new cached memory, overhead)."""
         block = upper - lower
         above = lowerset.delta_plus(g, upper) - upper
-        term = 2 * mem(block) + mem(above) + mem(lowerset.delta_minus(g, above) - upper)
         bd = lowerset.boundary(g, upper)
+        if liveness:
+            term = (mem(bd - lower) + saved(block - bd) + mem(above) + saved(lowerset.delta_minus(g, above) - upper)
+                    + lowerset.gradient_allowance(g))
+        else:
+            term = 2 * mem(block) + mem(above) + mem(lowerset.delta_minus(g, above) - upper)
         t = 0 if upper == everything else sum(int(g.time[v]) for v in block - bd)
         return term, mem(bd - lower), t
 
@@ -83,7 +94,7 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
                 stack.append(nxt)
 
     if not finals:
-        raise InfeasibleBudget("exhaustive", limit, exhaustive(g, strategy=strategy).budget)
+        raise InfeasibleBudget("exhaustive", limit, exhaustive(g, strategy=strategy, memory_model=memory_model).budget)
     min_budget = min(p for *_, p in finals)  # every sequence within B* ≤ limit is among them
     if budget is None:
         budget = min_budget
@@ -97,5 +108,6 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
         seq.append(state[0])
         state = parent[state]
     return Plan.from_sequence(
-        g, seq[::-1], method="exhaustive", strategy=strategy, budget=budget, min_budget=min_budget, states=len(parent)
+        g, seq[::-1], method="exhaustive", strategy=strategy, budget=budget, memory_model=memory_model,
+        min_budget=min_budget, states=len(parent),
     )

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Kusumoto et al. (2019) Table 1, Figure 4 and the largest batch, end to end:
+#   1. Table 1 sweep: 7 nets × 6 methods at the paper's batch and size, memory on `fake` (TABLE1_DEVICE=cuda
+#      on a GPU machine);
+#   2. largest batch under DEVICE_GB GiB (default the paper's 11.4) per net × Figure 4 method, fake backend;
+#   3. Figure 4 timings: real forward+backward runs on the CPU at a reduced input size over a batch grid
+#      (one job at a time, so that timings do not share the cores);
+#   4. notebooks/paper_figures.py executed headless -> paper_figures/{table1,max_batch}.{md,csv},
+#      figure4.{png,pdf}, and notebooks/paper_figures.ipynb (generated, not committed).
+# Every run is a record in results/; a rerun skips what is stored, so after a change to the memory model
+# clear results/ (or point RESULTS elsewhere) and run this again.
+#   bash scripts/paper_figures.sh                       # everything
+#   FIG4_NETS="resnet50 pspnet" bash scripts/paper_figures.sh
+#   STAGES="notebook" bash scripts/paper_figures.sh     # only re-render the artefacts from the store
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+STAGES=${STAGES:-"table1 max_batch figure4 notebook"}
+DEVICE_GB=${DEVICE_GB:-11.4}
+LOGGER=${LOGGER:-none}            # wandb: also log every run to W&B (offline unless configured)
+RESULTS=${RESULTS:-results}
+NETS=${NETS:-"resnet50 resnet152 vgg19 densenet161 googlenet unet pspnet"}
+FIG4_NETS=${FIG4_NETS:-$NETS}
+export PAPER_FIGURES_RESULTS="$RESULTS" PAPER_FIGURES_DEVICE_GB="$DEVICE_GB" WANDB_SILENT=true
+common=(logger="$LOGGER" results_dir="$(realpath -m "$RESULTS")")
+
+# Figure 4 on the CPU: input size and batch grid per net. The grids straddle vanilla's largest batch under
+# 11.4 GiB at the paper's size (see paper_figures/max_batch.md), as the paper's Figure 4 does; the input
+# sizes keep the whole stage well under an hour on 2 cores.
+declare -A FIG4_SIZE=([resnet50]=64 [resnet152]=64 [vgg19]=64 [densenet161]=64 [googlenet]=64 [unet]=128 [pspnet]=128)
+declare -A FIG4_GRID=(
+  [resnet50]=48,96,144,192 [resnet152]=24,48,72,96 [vgg19]=32,64,96,128 [densenet161]=16,32,48,64
+  [googlenet]=128,256,384,512 [unet]=4,8,12,16 [pspnet]=2,4,6,8
+)
+
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+clock() { local t=$SECONDS; "$@"; echo "== done in $((SECONDS - t)) s: $*"; }
+
+if stage table1; then
+  echo "== Table 1 sweep"
+  net_list=$(echo $NETS | tr ' ' ',')
+  clock "$PY" run.py -m experiment=table1 device="${TABLE1_DEVICE:-fake}" "net=$net_list" hydra/launcher=local "${common[@]}"
+fi
+if stage max_batch; then
+  echo "== largest batch under $DEVICE_GB GiB (fake backend, paper input size)"
+  clock "$PY" -m experiments.max_batch --device-memory-gb "$DEVICE_GB" --jobs 2 --results-dir "$RESULTS" --nets $NETS
+fi
+if stage figure4; then
+  for net in $FIG4_NETS; do
+    echo "== Figure 4 on the CPU: $net at ${FIG4_SIZE[$net]}², batches ${FIG4_GRID[$net]}"
+    clock "$PY" run.py -m experiment=figure4_cpu "net=$net" "input_size=${FIG4_SIZE[$net]}" \
+      "batch_size=${FIG4_GRID[$net]}" "${common[@]}"
+  done
+fi
+if stage notebook; then
+  echo "== notebooks/paper_figures.py -> paper_figures/"
+  clock "$PY" -c 'from experiments.figures import execute_notebook as run; run("notebooks/paper_figures.py", "notebooks/paper_figures.ipynb")'
+fi
