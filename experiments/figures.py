@@ -28,7 +28,7 @@ from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
 __all__ = [
     "NETS", "TABLE1_METHODS", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV",
     "paper_table1", "paper_scale", "table1", "table1_markdown", "max_batch_table", "max_batch_markdown",
-    "figure4_records", "figure4", "execute_notebook",
+    "figure4_records", "figure4", "execute_notebook", "retention", "frame_markdown",
 ]
 
 NETS = ["pspnet", "unet", "resnet50", "resnet152", "vgg19", "densenet161", "googlenet"]  # the paper's row order
@@ -292,3 +292,33 @@ def execute_notebook(source: str | Path, ipynb: str | Path | None = None, *, cwd
     if ipynb is not None:
         jupytext.write(nb, ipynb, fmt="ipynb")
     return nb
+
+
+def retention(net: str, batch_size: int | None = None) -> dict[str, Any]:
+    """What a framework *could* keep for backward vs what PyTorch's autograd keeps, for one network at
+    its paper batch and size (traced on fake tensors, nothing allocated).
+
+    The paper's vanilla (Chainer) keeps every node's output until its backward; eq. (2) charges the
+    same M_v. PyTorch keeps only ``saved`` bytes (in-place ReLU overwrites the conv output, an add's
+    inputs are not saved, ...). Where Σ saved is far below Σ M_v, vanilla is already lean and
+    recomputation has less to remove, which is the first suspect for a reduction below the paper's.
+    Returns net, num_nodes, param_gb, all_outputs_gb (Σ M_v), saved_gb (Σ saved), saved_fraction,
+    largest_output_gb (max M_v: any strategy must hold it and its gradient at some point).
+    """
+    import recompute
+
+    spec = nets.spec(net)
+    model, inputs = nets.build(net, batch_size=batch_size or spec.batch_size, fake_inputs=True)
+    g = recompute.trace(model, inputs)
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return dict(net=net, num_nodes=g.n, param_gb=params / GIB, all_outputs_gb=int(g.mem.sum()) / GIB,
+                saved_gb=int(g.saved.sum()) / GIB, saved_fraction=float(g.saved.sum() / g.mem.sum()),
+                largest_output_gb=int(g.mem.max()) / GIB)
+
+
+def frame_markdown(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
+    """A DataFrame as a GitHub markdown table (pandas' ``to_markdown`` needs tabulate, not a dependency)."""
+    cell = lambda v: "–" if v is None or (isinstance(v, float) and pd.isna(v)) else (format(v, floatfmt) if isinstance(v, float) else str(v))  # noqa: E731
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)

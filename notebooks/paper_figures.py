@@ -16,7 +16,8 @@
 #
 # Regenerated end to end by `bash scripts/paper_figures.sh` (the sweeps, then this notebook headless).
 # The notebook only *reads* records — from the local store (`results/`) or from W&B — and writes
-# `paper_figures/table1.{md,csv}`, `paper_figures/max_batch.{md,csv}` and `paper_figures/figure4.{png,pdf}`.
+# `paper_figures/table1.{md,csv}` (+ `table1_<other memory model>.*`), `paper_figures/differences.{md,csv}`,
+# `paper_figures/max_batch.{md,csv}` and `paper_figures/figure4.{png,pdf}`.
 # The computations live in `experiments/figures.py` and `experiments/max_batch.py`.
 #
 # Parameters come from the environment so that a headless run (the script, the test) can point
@@ -92,6 +93,34 @@ far = t1[t1["diff_points"].abs() > 10]
 far[["network", "method", "peak_gb", "reduction", "paper_peak_gb", "paper_reduction", "diff_points", "predicted_over_measured"]]
 
 # %% [markdown]
+# Evidence for those networks (`differences.{md,csv}`): the traced graph at the paper's batch and size
+# (#V, Σ M_v = every node output, which the paper's Chainer vanilla and eq. (2) keep; Σ saved = what
+# PyTorch's autograd keeps; the largest single output) beside our and the paper's vanilla peak, and the
+# best reduction under each DP memory model. Traced on fake tensors by the current code, not read
+# from the store.
+
+# %%
+def differences(t: pd.DataFrame, by_model: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per network with a >10-point difference: retention facts and best reductions."""
+    rows = []
+    for net in dict.fromkeys(t.loc[t["diff_points"].abs() > 10, "network"]):
+        g = t[t["network"] == net].set_index("method")
+        row = figures.retention(net)
+        row.update(vanilla_gb=g.at["vanilla", "peak_gb"], paper_vanilla_gb=g.at["vanilla", "paper_peak_gb"],
+                   best_reduction=g["reduction"].max(), paper_best_reduction=g["paper_reduction"].max(),
+                   chen_reduction=g.at["chen", "reduction"], paper_chen_reduction=g.at["chen", "paper_reduction"])
+        for model, other in by_model.items():
+            row[f"best_dp_reduction_{model}"] = other[(other["network"] == net) & other["method"].str.contains("dp")]["reduction"].max()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+diff = differences(t1, {MEMORY_MODEL: t1, **others})
+diff.to_csv(OUT / "differences.csv", index=False, float_format="%.4f")
+(OUT / "differences.md").write_text(figures.frame_markdown(diff) + "\n" if len(diff) else "no difference above 10 points\n")
+diff
+
+# %% [markdown]
 # ## Largest batch under the device capacity
 #
 # Binary (secant) search over the batch size on the `fake` backend at the paper's input size
@@ -121,4 +150,4 @@ for ext in ("png", "pdf"):
 timings.pivot_table(index=["net", "batch_size"], columns="method", values="seconds")
 
 # %%
-print("wrote", sorted(p.name for p in OUT.iterdir() if p.stem.startswith(("table1", "max_batch", "figure4"))))
+print("wrote", sorted(p.name for p in OUT.iterdir() if p.stem.startswith(("table1", "max_batch", "figure4", "differences"))))

@@ -9,7 +9,8 @@ so tracing at paper scale allocates no activation. The fx graph is then condense
 * ``getitem`` of a multi-output op and view ops (``view``, ``t``, ``expand``…) belong to the node whose
   storage they alias, so they neither create bogus nodes nor hide a dependency;
 * computations on parameters and buffers alone (BatchNorm's ``num_batches_tracked + 1``, weight
-  transposes) are not in V: the executor runs them once per step, before the forward pass.
+  transposes) and views of the inputs are not in V: the executor runs them once per step, before the
+  forward pass.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class Program:
         group: fx node name → the id of its node in V, for every fx node in V (views and getitems
             included); placeholders and parameter-only (prologue) nodes are absent.
         members: for each node of V, its fx nodes in execution order (the op first).
-        prologue: parameter/buffer-only fx nodes, run once per step before the forward pass.
+        prologue: fx nodes outside V, run once per step before the forward pass: computations on
+            parameters and buffers alone, and views of the inputs.
         out_spec: pytree spec to rebuild the model's output structure.
     """
 
@@ -78,7 +80,7 @@ def _user_frame(exc: BaseException) -> str | None:
     """The innermost ``File ..., line N`` of the exception that is not inside torch: the user's line."""
     text = "".join(traceback.format_exception(exc))
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text)
-    user = [f for f in frames if "/torch/" not in f[0] and "/site-packages/torch" not in f[0]]
+    user = [f for f in frames if "/torch/" not in f[0] and not f[0].startswith("<")]
     if not user:
         return None
     path, line, func, code = user[-1]
@@ -184,10 +186,12 @@ def _condense(ep: ExportedProgram, args: tuple) -> Program:
             continue
         live.add(node.name)
         base = node.args[0] if node.args else None
-        if (node.target is operator.getitem or _is_view(node.target)) and isinstance(base, fx.Node) and base.name in group:
-            # an alias of its base's storage: same node of V
-            group[node.name] = group[base.name]
-            members[group[node.name]].append(node)
+        if (node.target is operator.getitem or _is_view(node.target)) and isinstance(base, fx.Node):
+            if base.name in group:  # an alias of its base's storage: same node of V
+                group[node.name] = group[base.name]
+                members[group[node.name]].append(node)
+            else:  # an alias of an input (inputs are not in V): computed up front, costs nothing
+                prologue.append(node)
             continue
         group[node.name] = len(members)
         members.append([node])

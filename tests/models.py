@@ -56,3 +56,20 @@ class RandomDAGNet(nn.Module):
             values.append(y)
         # every value reaches the output, so no node is dead
         return self.head(sum(values[1:]))
+
+
+class Tricky(nn.Module):
+    """In-place ops, views, a multi-output op and BatchNorm's counter: none may add a node."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x)).relu_()  # conv, bn, relu (in place)
+        a, b = y.chunk(2, dim=1)  # views of relu's output: no node
+        z = a * b  # mul
+        z += x[:, :2]  # add (in place) reading a view of the input
+        return self.fc(z.flatten(1))  # linear; flatten is a view

@@ -14,7 +14,7 @@ from recompute import lowerset, nets
 from recompute.plan import Plan
 
 from .exactness import check_plan, check_plans, train_step
-from .models import RandomDAGNet
+from .models import RandomDAGNet, Tricky
 
 METHODS = [("vanilla", None), ("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"),
            ("exactdp", "tc"), ("exactdp", "mc")]
@@ -53,6 +53,12 @@ def test_random_dag_models_random_plans(seed):
     for trial in range(4):
         check_plan(model, (x,), lambda g: random_sequence(g, rng), seed=trial)
     check_plan(model, (x,), by_method("approxdp", "mc"))
+
+
+def test_inplace_ops_and_views_of_inputs_are_exact():
+    model, x = Tricky(), torch.randn(2, 4, 4, 4)
+    rng = random.Random(0)
+    check_plans(model, (x,), [lambda g: random_sequence(g, rng) for _ in range(6)])
 
 
 def test_dropout_recomputed_with_the_same_mask():

@@ -1,0 +1,86 @@
+"""Graph extraction: node counts of the zoo, no bogus nodes, costs, saved bytes and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import recompute
+from recompute import nets
+from recompute.graph import Graph
+
+from .models import Tricky
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg19", "unet", "googlenet", "densenet161", "pspnet", "resnet152"])
+def test_zoo_traces_close_to_the_papers_node_count(name):
+    kwargs = {"batch_norm": False} if name == "googlenet" else {}  # the paper's GoogLeNet had no BatchNorm
+    model, inputs = nets.build(name, batch_size=2, input_size=64 if name in ("unet", "pspnet") else 32, **kwargs)
+    g = recompute.trace(model, inputs)
+    paper = nets.spec(name).paper_nodes
+    assert abs(g.n - paper) <= 0.1 * paper, (g.n, paper)
+    assert g.outputs == (g.n - 1,)
+    assert list(g.topo_order) == list(range(g.n))  # traced ids follow execution order
+    assert (g.mem > 0).all() and (g.time > 0).all()
+
+
+def test_inplace_views_and_multi_output_ops_make_no_bogus_nodes():
+    g = recompute.trace(Tricky(), (torch.randn(2, 4, 4, 4),))
+    ops = [op.split(".")[1] for op in g.ops]
+    assert ops == ["conv2d", "_native_batch_norm_legit_functional", "relu", "mul", "add", "linear"]
+    assert g.preds == ((), (0,), (1,), (2,), (3,), (4,))  # chunk/flatten views keep relu → mul → add → fc
+    batch_out = 2 * 4 * 4 * 4 * 4
+    assert g.mem[0] == batch_out and g.mem[2] == batch_out and g.mem[3] == batch_out // 2
+
+
+def test_costs_and_saved_bytes():
+    model, inputs = nets.build("chain")
+    paper = recompute.trace(model, inputs)
+    assert [int(t) for t in paper.time] == [10 if "conv" in op else 1 for op in paper.ops]
+    flops = recompute.trace(model, inputs, cost_model="flops")
+    conv, relu = paper.ops.index("aten.conv2d.default"), paper.ops.index("aten.relu.default")
+    assert flops.time[conv] > flops.time[relu] >= 1
+    measured = recompute.trace(model, inputs, cost_model="measured")
+    assert (measured.time >= 1).all()
+    # a conv output read only by a ReLU is never saved (ReLU saves its output); the ReLU's is
+    assert paper.saved[conv] == 0 and paper.saved[relu] == paper.mem[relu]
+    with pytest.raises(ValueError, match="unknown cost_model 'nope'.*paper, flops, measured"):
+        recompute.trace(model, inputs, cost_model="nope")
+
+
+def test_fake_inputs_trace_paper_scale_without_allocating():
+    model, inputs = nets.build("pspnet", batch_size=8, fake_inputs=True)
+    assert isinstance(inputs[0], torch._subclasses.fake_tensor.FakeTensor)
+    g = recompute.trace(model, inputs)
+    assert g.total_mem() > 30 * 2**30  # tens of GiB of activations, none allocated
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.fc(x).sum() > 0:  # Python control flow on a tensor value
+            return x
+        return -x
+
+
+def test_untraceable_model_names_the_line_and_the_fix():
+    with pytest.raises(recompute.TraceError) as err:
+        recompute.trace(DataDependent(), (torch.randn(2, 4),))
+    msg = str(err.value)
+    assert "DataDependent" in msg and "test_trace.py" in msg and "if self.fc(x).sum() > 0" in msg
+    assert "torch.cond" in msg
+
+
+def test_graph_from_edges_checks_its_input():
+    g = Graph.from_edges([(0, 1), (1, 2), (0, 2)], mem=[1, 2, 3], time=[1, 1, 1])
+    assert g.succs == ((1, 2), (2,), ()) and g.outputs == (2,) and g.num_edges == 3
+    with pytest.raises(ValueError, match="cycle"):
+        Graph.from_edges([(0, 1), (1, 0)], mem=[1, 1], time=[1, 1])
+    with pytest.raises(ValueError, match="outside"):
+        Graph.from_edges([(0, 5)], mem=[1, 1], time=[1, 1])
+    with pytest.raises(ValueError, match="one entry per node"):
+        Graph.from_edges([], mem=[1, 1], time=[1])
