@@ -24,13 +24,14 @@ FIG4_NETS=${FIG4_NETS:-$NETS}
 export PAPER_FIGURES_RESULTS="$RESULTS" PAPER_FIGURES_DEVICE_GB="$DEVICE_GB" WANDB_SILENT=true
 common=(logger="$LOGGER" results_dir="$(realpath -m "$RESULTS")")
 
-# Figure 4 on the CPU: input size and batch grid per net. The grids straddle vanilla's largest batch under
-# 11.4 GiB at the paper's size (see paper_figures/max_batch.md), as the paper's Figure 4 does; the input
-# sizes keep the whole stage well under an hour on 2 cores.
-declare -A FIG4_SIZE=([resnet50]=64 [resnet152]=64 [vgg19]=64 [densenet161]=64 [googlenet]=64 [unet]=128 [pspnet]=128)
+# Figure 4 on the CPU: input size and batch grid per net. Each grid straddles vanilla's largest batch under
+# 11.4 GiB at the paper's size (paper_figures/max_batch.md), as the paper's Figure 4 does. Input sizes: 64²
+# for the classifiers (32² for VGG-19, whose FLOPs are 5× ResNet-50's), 128² for the segmentation nets;
+# 3 points per grid keep this stage around half an hour on 2 cores.
+declare -A FIG4_SIZE=([resnet50]=64 [resnet152]=64 [vgg19]=32 [densenet161]=64 [googlenet]=64 [unet]=128 [pspnet]=128)
 declare -A FIG4_GRID=(
-  [resnet50]=48,96,144,192 [resnet152]=24,48,72,96 [vgg19]=32,64,96,128 [densenet161]=16,32,48,64
-  [googlenet]=128,256,384,512 [unet]=4,8,12,16 [pspnet]=2,4,6,8
+  [resnet50]=64,128,192 [resnet152]=32,64,96 [vgg19]=64,128,192 [densenet161]=24,48,72
+  [googlenet]=192,384,576 [unet]=4,8,16 [pspnet]=2,4,8
 )
 
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
