@@ -54,6 +54,9 @@ class CostModel(StrEnum):
     measured = "measured"
 
 
+MEMORY_MODEL_PLANNERS = ("exactdp", "approxdp", "exhaustive")  # the planners that take memory_model
+
+
 class MemoryModel(StrEnum):
     """The DP planners' memory model (``recompute.lowerset.block_memory``): the paper's eq. (2), or
     the liveness variant that counts what autograd really keeps."""
@@ -194,6 +197,8 @@ def experiment_dict(exp: AppConfig) -> dict[str, Any]:
     for key in ("logger", "results_dir", "skip_existing"):
         d.pop(key)
     d["net"] = d["net"]["name"]  # its default sizes are already resolved into batch_size/input_size
+    if exp.method.planner.value not in MEMORY_MODEL_PLANNERS:
+        d.pop("memory_model")  # vanilla and Chen plan the same under either model: one record, not two
     d["device"] = memory_backend(exp.device)
     d["timing"]["backend"] = time_backend(exp)
     return d

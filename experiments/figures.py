@@ -207,13 +207,14 @@ def _linear_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:
 
 
 def figure4(timings: pd.DataFrame, max_batch: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
-            backend: str = "cpu") -> Any:
+            backend: str = "cpu", note: str = "") -> Any:
     """Figure 4: runtime of one forward+backward step vs batch size, one panel per network.
 
     Vanilla is solid up to its largest batch under ``device_memory_gb`` (``max_batch``, judged on the
     fake backend at the paper's input size) and extrapolated linearly (dotted) beyond, as in the
     paper; the vanilla steps we *could* still time beyond it (a CPU has the memory) are drawn as hollow
-    markers, so the extrapolation can be checked. Returns the matplotlib Figure.
+    markers, so the extrapolation can be checked. ``note`` (e.g. how the machine was shared) is added
+    to the title. Returns the matplotlib Figure.
     """
     import matplotlib
 
@@ -260,10 +261,11 @@ def figure4(timings: pd.DataFrame, max_batch: pd.DataFrame, device_memory_gb: fl
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(
         f"Figure 4 (Kusumoto et al. 2019): runtime vs batch size — measured on {backend.upper()} at a reduced input size;\n"
-        f"vanilla's capacity ({device_memory_gb:g} GiB, dashed line) judged on the fake backend at the paper's input size",
+        f"vanilla's capacity ({device_memory_gb:g} GiB, dashed line) judged on the fake backend at the paper's input size"
+        + (f"\n{note}" if note else ""),
         fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0.06, 1, 0.93))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.91 if note else 0.93))
     return fig
 
 
@@ -303,9 +305,12 @@ def retention(net: str, batch_size: int | None = None) -> dict[str, Any]:
     inputs are not saved, ...). Where Σ saved is far below Σ M_v, vanilla is already lean and
     recomputation has less to remove, which is the first suspect for a reduction below the paper's.
     Returns net, num_nodes, param_gb, all_outputs_gb (Σ M_v), saved_gb (Σ saved), saved_fraction,
-    largest_output_gb (max M_v: any strategy must hold it and its gradient at some point).
+    largest_output_gb (max M_v: any strategy must hold it and its gradient at some point),
+    chen_split_candidates (nodes every input-to-output path passes through: the only places Chen's
+    segmentation can cut, so few candidates mean few, large segments).
     """
     import recompute
+    from recompute.planners.chen import split_candidates
 
     spec = nets.spec(net)
     model, inputs = nets.build(net, batch_size=batch_size or spec.batch_size, fake_inputs=True)
@@ -313,7 +318,7 @@ def retention(net: str, batch_size: int | None = None) -> dict[str, Any]:
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     return dict(net=net, num_nodes=g.n, param_gb=params / GIB, all_outputs_gb=int(g.mem.sum()) / GIB,
                 saved_gb=int(g.saved.sum()) / GIB, saved_fraction=float(g.saved.sum() / g.mem.sum()),
-                largest_output_gb=int(g.mem.max()) / GIB)
+                largest_output_gb=int(g.mem.max()) / GIB, chen_split_candidates=len(split_candidates(g)))
 
 
 def frame_markdown(df: pd.DataFrame, floatfmt: str = ".2f") -> str:

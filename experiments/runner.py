@@ -25,7 +25,7 @@ from recompute import nets
 from recompute.planners.dp import TooManyLowerSets
 
 from . import results
-from .config import GIB, AppConfig, experiment_dict, experiment_key, memory_backend, time_backend
+from .config import GIB, MEMORY_MODEL_PLANNERS, AppConfig, experiment_dict, experiment_key, memory_backend, time_backend
 from .tracking import wandb_run
 
 __all__ = ["measure_experiment", "run", "summary", "STATUSES"]
@@ -33,7 +33,6 @@ __all__ = ["measure_experiment", "run", "summary", "STATUSES"]
 log = logging.getLogger(__name__)
 
 STATUSES = ("ok", "oom", "infeasible", "too_many_lower_sets", "error")
-MEMORY_MODEL_PLANNERS = ("exactdp", "approxdp", "exhaustive")  # the planners that take memory_model
 _REPO = Path(__file__).resolve().parents[1]
 
 

@@ -32,6 +32,7 @@
 # | `PAPER_FIGURES_DEVICE_GB` | `11.4` | device capacity (GiB) for the largest batch and Figure 4's vanilla cut |
 # | `PAPER_FIGURES_TABLE1_BACKEND` | `fake` | memory backend of Table 1 (`cuda` on a GPU machine) |
 # | `PAPER_FIGURES_TIME_BACKEND` | `cpu` | backend the Figure 4 runtimes were measured on |
+# | `PAPER_FIGURES_FIG4_NOTE` | none | a line for Figure 4's title, e.g. how the timing machine was shared |
 # | `PAPER_FIGURES_MEMORY_MODEL` | `liveness` | DP planners' memory model of the main artefacts (`paper` = eq. (2)) |
 
 # %%
@@ -144,7 +145,7 @@ display(Markdown(md))
 
 # %%
 timings = figures.figure4_records(df, TIME_BACKEND, MEMORY_MODEL)
-fig = figures.figure4(timings, mb, DEVICE_GB, TIME_BACKEND)
+fig = figures.figure4(timings, mb, DEVICE_GB, TIME_BACKEND, note=os.environ.get("PAPER_FIGURES_FIG4_NOTE", ""))
 for ext in ("png", "pdf"):
     fig.savefig(OUT / f"figure4.{ext}", dpi=150, bbox_inches="tight")
 timings.pivot_table(index=["net", "batch_size"], columns="method", values="seconds")
