@@ -68,7 +68,11 @@ def test_liveness_model_exactdp_matches_exhaustive(g: Graph, frac: float, strate
     budget = oracle.budget + int(frac * (vanilla - oracle.budget))
     oracle = recompute.plan(g, "exhaustive", budget=budget, **kw)
     for method in DPS:
-        plan = recompute.plan(g, method, budget=budget, **kw)
+        try:
+            plan = recompute.plan(g, method, budget=budget, **kw)
+        except InfeasibleBudget as err:  # the pruned family may need more than the exact B*
+            assert method == "approxdp" and err.min_budget > budget
+            continue
         lowerset.check_sequence(g, plan.lower_sets)
         assert plan.peak == lowerset.peak(g, plan.lower_sets, "liveness") <= budget
         if method == "exactdp":
