@@ -11,7 +11,6 @@ later process only loads them).
 from __future__ import annotations
 
 import argparse
-import time
 
 from tqdm import tqdm
 

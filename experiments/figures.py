@@ -164,7 +164,7 @@ def max_batch_markdown(mb: pd.DataFrame) -> str:
     """Networks × methods; ``≥n`` marks a lower bound (the next batch was never probed)."""
     methods = list(dict.fromkeys(mb["method"]))
     gb = mb["device_memory_gb"].iloc[0] if len(mb) else PAPER_DEVICE_GB
-    lines = [f"| Network (paper batch) | " + " | ".join(METHOD_LABELS.get(m, m) for m in methods) + " | best / vanilla |",
+    lines = ["| Network (paper batch) | " + " | ".join(METHOD_LABELS.get(m, m) for m in methods) + " | best / vanilla |",
              "|---|" + "---|" * len(methods) + "---|"]
     for net, g in mb.groupby("network", sort=False):
         g = g.set_index("method")

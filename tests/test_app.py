@@ -14,7 +14,6 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 
 import recompute
 from experiments import config, results, runner

@@ -10,7 +10,6 @@ PSPNet's vanilla probes (batch 2 fits, 3 does not) and PSPNet's CPU Figure 4 tim
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
