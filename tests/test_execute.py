@@ -158,3 +158,16 @@ def test_cuda_backend_measures_and_is_exact():
     out = train_step(planned, recompute.execute(graph, recompute.plan(graph, "approxdp", strategy="mc")), inputs, 0)
     for key in ref:
         torch.testing.assert_close(out[key], ref[key], msg=key)
+
+
+@pytest.mark.parametrize("name", nets.names(paper_only=True))
+def test_every_dp_plan_below_vanilla_at_paper_scale(name):
+    """Issue 4's claim, on the fake backend at the paper's batch and input size (liveness model)."""
+    model, inputs = nets.build(name, fake_inputs=True)
+    graph = recompute.trace(model, inputs)
+    vanilla = recompute.measure(model, inputs, backend="fake").peak_bytes
+    for method in ("approxdp", "exactdp"):
+        for strategy in ("tc", "mc"):
+            plan = recompute.plan(graph, method, strategy=strategy, memory_model="liveness")
+            got = recompute.measure(model, inputs, runner=recompute.execute(graph, plan), backend="fake")
+            assert got.peak_bytes < vanilla, (method, strategy)
