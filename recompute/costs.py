@@ -20,6 +20,8 @@ import torch.fx as fx
 from torch.utils.flop_counter import FlopCounterMode
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .fxnodes import output_tensors
+
 __all__ = ["COST_MODELS", "cost"]
 
 _CONV = ("conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
@@ -48,14 +50,6 @@ def _call_args(node: fx.Node, make: Callable[[torch.Tensor], torch.Tensor]) -> t
     return fx.node.map_aggregate(node.args, conv), fx.node.map_aggregate(node.kwargs, conv)
 
 
-def _numel(val: Any) -> int:
-    if isinstance(val, torch.Tensor):
-        return val.numel()
-    if isinstance(val, (list, tuple)):
-        return sum(_numel(v) for v in val)
-    return 0
-
-
 def flops_cost(program: Any) -> np.ndarray:
     """FLOPs per node from ``torch.utils.flop_counter`` under FakeTensorMode; ≥ #output elements."""
     out = []
@@ -67,7 +61,7 @@ def flops_cost(program: Any) -> np.ndarray:
             counter = FlopCounterMode(display=False)
             with counter:
                 op.target(*args, **kwargs)
-            out.append(max(counter.get_total_flops(), _numel(op.meta.get("val")), 1))
+            out.append(max(counter.get_total_flops(), sum(t.numel() for _, t in output_tensors(op.meta.get("val"))), 1))
     del mode
     return np.asarray(out, dtype=np.int64)
 

@@ -33,9 +33,10 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_unflatten
 
+from .fxnodes import output_tensors, run_node as _call
 from .graph import Graph
 from .plan import Plan
-from .trace import Program, run_node as _call
+from .trace import Program
 
 __all__ = ["execute", "Executor"]
 
@@ -57,14 +58,6 @@ class _Value:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
-
-
-def _tensors(val: Any) -> list[tuple[int | None, torch.Tensor]]:
-    if isinstance(val, torch.Tensor):
-        return [(None, val)]
-    if isinstance(val, (tuple, list)):
-        return [(i, v) for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
-    return []
 
 
 def _random(node: fx.Node) -> bool:
@@ -154,11 +147,10 @@ class _Step:
         self.aliases: dict[int, tuple[str, int | None]] = {}
 
     # -- forward ---------------------------------------------------------------------------------
-    def bind(self, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    def bind(self, inputs: Sequence[torch.Tensor], tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
         p, module = self.ex.program, self.ex.module
         if len(inputs) != len(p.user_inputs):
             raise TypeError(f"the traced model takes {len(p.user_inputs)} tensor inputs, got {len(inputs)}")
-        tensors = self._state()
         written = set(p.buffer_writes.values())
         env: dict[str, Any] = {}
         for name, fqn in p.params.items():
@@ -179,7 +171,8 @@ class _Step:
 
     def run(self, inputs: Sequence[torch.Tensor]) -> Any:
         ex, p = self.ex, self.ex.program
-        env = self.bind(inputs)
+        tensors = self._state()
+        env = self.bind(inputs, tensors)
         device = inputs[0].device if inputs else torch.device("cpu")
         self.rng = _RNG(device)
         for node in p.prologue:
@@ -199,7 +192,6 @@ class _Step:
                 for dead in ex.last_use.get(i, ()):
                     env.pop(dead, None)
         self.current, self.aliases = None, {}
-        tensors = self._state()
         with torch.no_grad():
             for out_name, fqn in p.buffer_writes.items():
                 tensors[fqn].copy_(env[out_name])
@@ -213,7 +205,7 @@ class _Step:
         out = {}
         for a in node.all_input_nodes:
             if a.name in self.ex.discarded:
-                for index, t in _tensors(env[a.name]):
+                for index, t in output_tensors(env[a.name]):
                     out[t.untyped_storage()._cdata] = (a.name, index)
         return out
 

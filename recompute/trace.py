@@ -19,7 +19,7 @@ import operator
 import re
 import time as _time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,9 +30,10 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import costs
+from .fxnodes import output_tensors, run_node
 from .graph import Graph
 
-__all__ = ["trace", "TraceError", "Program", "run_node"]
+__all__ = ["trace", "TraceError", "Program"]
 
 
 class TraceError(RuntimeError):
@@ -68,7 +69,6 @@ class Program:
     prologue: list[fx.Node]
     out_spec: Any = None
     module: torch.nn.Module | None = None
-    input_shapes: list[tuple[int, ...]] = field(default_factory=list)
     trace_seconds: float = 0.0
 
 
@@ -105,11 +105,7 @@ def _export(model: torch.nn.Module, args: tuple) -> ExportedProgram:
 
 def _bytes(val: Any) -> int:
     """Bytes of the tensors an fx node produces (its ``meta['val']``)."""
-    if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
-    if isinstance(val, (tuple, list)):
-        return sum(_bytes(v) for v in val)
-    return 0
+    return sum(t.numel() * t.element_size() for _, t in output_tensors(val))
 
 
 def _label(node: fx.Node) -> str:
@@ -135,21 +131,19 @@ def trace(
     """
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     start = _time.perf_counter()
-    ep = _export(model, args)
-    program = _condense(ep, args)
-    program.module = model
-    program.trace_seconds = _time.perf_counter() - start
+    program = _condense(_export(model, args), model)
     preds, mem, names, ops = _graph_lists(program)
     saved = _saved_bytes(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)
+    program.trace_seconds = _time.perf_counter() - start
     return Graph(
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
         cost_model=cost_model, program=program, saved=saved,
     )
 
 
-def _condense(ep: ExportedProgram, args: tuple) -> Program:
+def _condense(ep: ExportedProgram, model: torch.nn.Module) -> Program:
     gm = ep.graph_module
     sig = ep.graph_signature
     params, buffers, user_inputs = {}, {}, []
@@ -207,7 +201,7 @@ def _condense(ep: ExportedProgram, args: tuple) -> Program:
         members=members,
         prologue=prologue,
         out_spec=ep.call_spec.out_spec,
-        input_shapes=[tuple(a.shape) for a in args],
+        module=model,
     )
 
 
@@ -221,15 +215,6 @@ def _graph_lists(p: Program) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, t
         names.append(_label(op))
         ops.append(str(op.target))
     return tuple(preds), np.asarray(mem, dtype=np.int64), tuple(names), tuple(ops)
-
-
-def run_node(node: fx.Node, env: dict[str, Any]) -> Any:
-    """Run one fx node on the values in ``env`` (keyed by node name)."""
-    args = fx.node.map_arg(node.args, lambda a: env[a.name])
-    kwargs = fx.node.map_arg(node.kwargs, lambda a: env[a.name])
-    if node.target is operator.getitem:
-        return args[0][args[1]]
-    return node.target(*args, **kwargs)
 
 
 def _saved_bytes(p: Program) -> np.ndarray:
@@ -270,7 +255,6 @@ def _saved_bytes(p: Program) -> np.ndarray:
                 v = p.group[node.name]
                 if p.members[v][0] is not node:
                     continue  # a view or getitem: its storage is its base's
-                for t in (out if isinstance(out, (tuple, list)) else (out,)):
-                    if isinstance(t, torch.Tensor):
-                        owner.setdefault(t.untyped_storage()._cdata, (v, t.numel() * t.element_size()))
+                for _, t in output_tensors(out):
+                    owner.setdefault(t.untyped_storage()._cdata, (v, t.numel() * t.element_size()))
     return saved
