@@ -163,15 +163,9 @@ class _Step:
             env[name] = x
         return env
 
-    def _state(self) -> dict[str, torch.Tensor]:
-        if self.state is not None:
-            return self.state
-        module = self.ex.module
-        return {**dict(module.named_parameters(remove_duplicate=False)), **dict(module.named_buffers(remove_duplicate=False))}
-
     def run(self, inputs: Sequence[torch.Tensor]) -> Any:
         ex, p = self.ex, self.ex.program
-        tensors = self._state()
+        tensors = self.state if self.state is not None else module_state(ex.module)
         env = self.bind(inputs, tensors)
         device = inputs[0].device if inputs else torch.device("cpu")
         self.rng = _RNG(device)
@@ -272,6 +266,11 @@ class _Step:
                 self.keep_left[name] -= 1
                 if self.keep_left[name] == 0:
                     self.kept.pop(name, None)
+
+
+def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers by fully qualified name (tied ones under every name)."""
+    return {**dict(module.named_parameters(remove_duplicate=False)), **dict(module.named_buffers(remove_duplicate=False))}
 
 
 def _attr(module: torch.nn.Module, fqn: str) -> Any:

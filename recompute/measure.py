@@ -24,6 +24,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .execute import module_state
+
 __all__ = ["Measurement", "MemoryMeter", "measure", "BACKENDS", "default_loss"]
 
 BACKENDS = ("cuda", "cpu", "fake")
@@ -120,13 +122,9 @@ def _bytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
-
-
 def _fake_state(model: torch.nn.Module, mode: FakeTensorMode) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
-    for name, t in _state(model).items():
+    for name, t in module_state(model).items():
         fake = mode.from_tensor(t)
         out[name] = fake.detach().requires_grad_(t.requires_grad) if t.requires_grad else fake
     return out
@@ -152,7 +150,7 @@ def measure(
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    params = _state(model)
+    params = module_state(model)
     param_bytes = _bytes(list(params.values()))
 
     def call(state: dict[str, torch.Tensor], xs: tuple) -> Any:
