@@ -1,271 +1,223 @@
-"""Execution of the canonical strategy (Kusumoto §3) as a real autograd training step.
+"""Run a :class:`~recompute.schedule.Schedule` as written: one fx graph per phase of the step.
 
-Forward computes V_1 … V_k once, in the traced order, under ``torch.autograd.graph.saved_tensors_hooks``.
-What autograd saves for backward is packed in one of three ways:
-
-* saved while running a node that the plan recomputes (V_i \\ ∂(L_i), i < k): a *replay handle*
-  (node, j) — the j-th tensor that node saved. Nothing is held, so the value dies at its last
-  forward use;
-* saved while running any other node, but aliasing the output of a recomputed node (e.g. a cached
-  BatchNorm output whose backward needs the discarded convolution output): a *value handle* (the fx
-  node plus the view geometry);
-* anything else (cached boundaries ∂(L_i), the last block V_k, parameters): kept as autograd keeps it.
-
-The first handle of block i unpacked in backward recomputes V_i \\ ∂(L_i) from the cached values
-(∂(L_{i-1}) and ∂(L_i) ∩ V_i), re-running each node with autograd recording under a hook that
-captures what it saves; every captured tensor is dropped as soon as it has been unpacked. The
-backward graph is the one built by the forward pass, so gradients are those of plain training.
+The schedule is split at ``backward_start`` into a forward graph (parameters, buffers, inputs →
+outputs, new buffer values, and the values the backward phase reads) and a backward graph (those
+values and the outputs' gradients → parameter and input gradients, recomputations included). Both
+run inside one ``torch.autograd.Function``, so ``loss.backward()`` drives the backward graph and the
+caller's autograd graph stays intact around it. fx's generated code drops every value after its last
+use, and the backward graph takes its inputs boxed (a list it clears), so memory follows the schedule:
+what :func:`recompute.simulate` replays is what runs.
 
 Exactness beyond gradients:
-* BatchNorm running statistics: the functional graph returns them; they are written to the buffers
-  once, after the forward pass, never by recomputation, and ops read the pre-step buffer values;
-* random ops (dropout): the generator state before each recomputed random node is saved in forward
-  and restored to replay it, and the caller's generator state is restored after recomputation.
+* BatchNorm running statistics come out of the forward graph and are written to the buffers once;
+  recomputed BatchNorms read the updated buffers, which a training-mode BatchNorm's outputs do not
+  depend on (any other recomputed reader of a written buffer is refused);
+* random ops (dropout): the generator state before each one that is recomputed is saved in the
+  forward graph and restored around its recomputation, so the mask is the same, and the caller's
+  generator state is put back afterwards.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
+from torch.fx.graph import _BoxedCodeGen
 from torch.utils._pytree import tree_unflatten
 
-from .fxnodes import output_tensors, run_node as _call
 from .graph import Graph
 from .plan import Plan
+from .schedule import Instance, Schedule, canonical
 from .trace import Program
 
-__all__ = ["execute", "Executor"]
-
-
-@dataclass(frozen=True)
-class _Replay:
-    """The j-th tensor that recomputed fx node ``node`` saved for backward."""
-
-    node: str
-    j: int
-
-
-@dataclass(frozen=True)
-class _Value:
-    """A view (size, stride, offset) of output ``index`` of recomputed fx node ``node``."""
-
-    node: str
-    index: int | None
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
+__all__ = ["execute", "Executor", "module_state"]
 
 
 def _random(node: fx.Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
 
 
-class _RNG:
-    """Save and restore the generator states of the devices a step runs on."""
+def _rng_state(device: torch.device) -> tuple:
+    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
 
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
 
-    def get(self) -> tuple:
-        return (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.cuda else None)
+def _set_rng_state(state: tuple, device: torch.device) -> tuple:
+    """Set the generator state; return the one it replaces."""
+    old = _rng_state(device)
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+    return old
 
-    def set(self, state: tuple) -> None:
-        torch.set_rng_state(state[0])
-        if self.cuda:
-            torch.cuda.set_rng_state(state[1], self.device)
+
+def _keep(*_values: Any) -> None:
+    """A use that keeps values alive up to this point of the graph (``Schedule.release``)."""
+
+
+_TRAINING_BATCH_NORM = (torch.ops.aten._native_batch_norm_legit_functional.default,)
+
+
+class _Graphs:
+    """The two fx graphs of a schedule and the names that connect them."""
+
+    def __init__(self, p: Program, s: Schedule, device: torch.device):
+        joint = p.joint
+        written = set(joint.buffer_writes.values())
+        placeholders = [n for n in joint.gm.graph.nodes if n.op == "placeholder"]
+        fwd, bwd = fx.Graph(), fx.Graph()
+        fenv: dict[Instance, fx.Node] = {}
+        for n in placeholders:
+            if n.name not in joint.tangents:
+                fenv[(n.name, 0)] = fwd.placeholder(n.name)
+        self.forward_inputs = [n.name for n in placeholders if n.name not in joint.tangents]
+        fwd_steps = range(s.backward_start)
+        bwd_steps = range(s.backward_start, len(s))
+        recomputed_random = {name for name, copy in s.steps[s.backward_start:] if copy > 0 and _random(joint.node(name))}
+        rng_out: dict[str, fx.Node] = {}
+        for i in fwd_steps:
+            name, copy = s.steps[i]
+            node = joint.node(name)
+            if name in recomputed_random:
+                rng_out[name] = fwd.call_function(_rng_state, (device,))
+            fenv[(name, copy)] = self._copy(fwd, node, s.reads[i], fenv)
+        # values produced before the backward phase and read in it cross over
+        crossing: list[Instance] = []
+        seen: set[Instance] = set()
+        for i in bwd_steps:
+            for r in (*s.reads[i], *s.release.get(i, ())):
+                if r in fenv and r not in seen and joint.node(r[0]).op != "placeholder":
+                    seen.add(r)
+                    crossing.append(r)
+        outs = [fenv[(n.name, 0)] for n in joint.user_outputs]
+        writes = [fenv[(name, 0)] for name in joint.buffer_writes]
+        fwd.output((*outs, *writes, *[fenv[c] for c in crossing], *rng_out.values()))
+        self.n_outputs, self.n_writes = len(outs), len(writes)
+        self.write_targets = list(joint.buffer_writes.values())
+        # backward graph: crossing values, rng states, parameters/buffers/inputs it reads, tangents
+        benv: dict[Instance, fx.Node] = {}
+        for c in crossing:
+            benv[c] = bwd.placeholder(f"saved_{c[0]}")
+        rng_in = {name: bwd.placeholder(f"rng_{name}") for name in rng_out}
+        read_placeholders = sorted({r[0] for i in bwd_steps for r in s.reads[i] if joint.node(r[0]).op == "placeholder"
+                                    and r[0] not in joint.tangents}, key=[n.name for n in placeholders].index)
+        for name in read_placeholders:
+            fqn = joint.buffers.get(name)
+            if fqn in written and any(
+                joint.node(s.steps[i][0]).target not in _TRAINING_BATCH_NORM and (name, 0) in s.reads[i]
+                and s.steps[i][1] > 0 for i in bwd_steps
+            ):
+                raise NotImplementedError(
+                    f"buffer {fqn} is written by the step and read by a recomputed op other than a "
+                    "training-mode BatchNorm; recomputing it would see the new value"
+                )
+            benv[(name, 0)] = bwd.placeholder(name)
+        for name in joint.tangents:
+            benv[(name, 0)] = bwd.placeholder(name)
+        self.backward_inputs = read_placeholders
+        for i in bwd_steps:
+            name, copy = s.steps[i]
+            node = joint.node(name)
+            if copy > 0 and name in rng_in:
+                old = bwd.call_function(_set_rng_state, (rng_in[name], device))
+                benv[(name, copy)] = self._copy(bwd, node, s.reads[i], benv)
+                bwd.call_function(_set_rng_state, (old, device))
+            else:
+                benv[(name, copy)] = self._copy(bwd, node, s.reads[i], benv)
+            if i in s.release:
+                kept = [benv[r] for r in s.release[i] if r in benv]
+                if kept:
+                    bwd.call_function(_keep, tuple(kept))
+        self.grad_targets = list(joint.param_grads.values())
+        bwd.output(tuple(benv[(g, 0)] for g in joint.param_grads))
+        bwd.set_codegen(_BoxedCodeGen())
+        root = torch.nn.Module()
+        self.fwd = fx.GraphModule(root, fwd, "recompute_forward")
+        self.bwd = fx.GraphModule(root, bwd, "recompute_backward")
+        self.n_crossing = len(crossing)
+
+    @staticmethod
+    def _copy(graph: fx.Graph, node: fx.Node, reads: tuple[Instance, ...], env: dict[Instance, fx.Node]) -> fx.Node:
+        """``node`` in ``graph`` with its inputs replaced by the instances the schedule reads."""
+        by_name = {r[0]: env[r] for r in reads}
+        new = graph.node_copy(node, lambda a: by_name[a.name])
+        new.meta = dict(node.meta)
+        return new
+
+
+class _Run(torch.autograd.Function):
+    """forward: the forward graph; backward: the backward graph, with the outputs' gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, ex: "Executor", values: dict[str, torch.Tensor], *differentiable: torch.Tensor) -> Any:  # type: ignore[override]
+        g = ex.graphs
+        out = g.fwd(*(values[name] for name in g.forward_inputs))
+        outs = out[: g.n_outputs]
+        writes = out[g.n_outputs: g.n_outputs + g.n_writes]
+        with torch.no_grad():
+            for fqn, new in zip(g.write_targets, writes):
+                values[ex.program.buffers_inv[fqn]].copy_(new)
+        ctx.ex = ex
+        ctx.saved = [*out[g.n_outputs + g.n_writes:], *(values[name] for name in g.backward_inputs)]
+        ctx.device = ex.device
+        del out, writes
+        return outs if len(outs) != 1 else outs[0]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple:  # type: ignore[override]
+        ex: Executor = ctx.ex
+        args, ctx.saved = [*ctx.saved, *grads], None
+        outer = _rng_state(ctx.device) if ex.replays_rng else None
+        param_grads = ex.graphs.bwd(args)
+        if outer is not None:
+            _set_rng_state(outer, ctx.device)
+        by_fqn = dict(zip(ex.graphs.grad_targets, param_grads))
+        return (None, None, *(None for _ in ex.program.user_inputs), *(by_fqn.get(f) for f in ex.param_order))
 
 
 class Executor:
-    """Runs ``program`` under ``plan``; call it with the model's inputs like the model itself.
+    """Runs ``schedule`` (by default the canonical strategy of ``plan``); call it with the model's
+    inputs like the model itself."""
 
-    The schedule (which fx nodes each block recomputes, what it reads, when forward values die) is
-    computed once here; each call is one forward pass whose backward follows the plan.
-    """
-
-    def __init__(self, graph: Graph, plan: Plan, module: torch.nn.Module):
+    def __init__(self, graph: Graph, plan: Plan, module: torch.nn.Module, schedule: Schedule | None = None):
         if graph.program is None:
             raise ValueError("this graph has no executable program: build it with recompute.trace(model, inputs)")
         self.graph, self.plan, self.module = graph, plan, module
-        p: Program = graph.program
-        self.program = p
-        block_of_v = {}
-        for i, block in enumerate(plan.blocks):
-            for v in block:
-                block_of_v[v] = i
-        recomputed = plan.recomputed()
-        self.order: list[fx.Node] = [n for n in p.gm.graph.nodes if n.name in p.group]
-        self.block: dict[str, int] = {n.name: block_of_v[p.group[n.name]] for n in self.order}
-        self.discarded: set[str] = {n.name for n in self.order if p.group[n.name] in recomputed}
-        self.replay: list[list[fx.Node]] = [[] for _ in plan.blocks]
-        for n in self.order:
-            if n.name in self.discarded:
-                self.replay[self.block[n.name]].append(n)
-        # values that block i's recomputation reads from outside itself: they are kept from the forward
-        # pass (cached boundaries, inputs, parameters, prologue) until that recomputation has run
-        self.reads: list[set[str]] = []
-        for nodes in self.replay:
-            inside = {n.name for n in nodes}
-            self.reads.append({a.name for n in nodes for a in n.all_input_nodes} - inside)
-        self.keep_count = Counter(name for reads in self.reads for name in reads)
-        position = {n.name: i for i, n in enumerate(self.order)}
-        self.last_use: dict[int, list[str]] = defaultdict(list)
-        outputs = {n.name for n in p.user_outputs} | set(p.buffer_writes)
-        for n in self.order:
-            if n.name in outputs:
-                continue
-            users = [position[u.name] for u in n.users if u.name in position]
-            self.last_use[max(users) if users else position[n.name]].append(n.name)
-        self.random = {n.name for n in self.order if _random(n) and n.name in self.discarded}
+        self.program: Program = graph.program
+        self.schedule = schedule if schedule is not None else canonical(graph, plan.lower_sets)
+        self.program.buffers_inv = {fqn: name for name, fqn in self.program.buffers.items()}
+        self.param_order = list(dict.fromkeys(self.program.params.values()))
+        self.includes_loss = self.program.loss
+        self._graphs: dict[torch.device, _Graphs] = {}
+        self.device = torch.device("cpu")
+        joint = self.program.joint
+        self.replays_rng = any(c > 0 and _random(joint.node(n)) for n, c in self.schedule.steps)
+
+    @property
+    def graphs(self) -> _Graphs:
+        if self.device not in self._graphs:
+            self._graphs[self.device] = _Graphs(self.program, self.schedule, self.device)
+        return self._graphs[self.device]
 
     def __call__(self, *inputs: torch.Tensor, state: dict[str, torch.Tensor] | None = None) -> Any:
         """One forward pass; ``state`` (FQN → tensor) replaces the module's parameters and buffers,
         as in ``torch.func.functional_call`` (the ``fake`` backend passes FakeTensor copies)."""
-        return _Step(self, state).run(inputs)
-
-
-class _Step:
-    """The state of one forward/backward pass: packed handles, kept values, recomputed values."""
-
-    def __init__(self, ex: Executor, state: dict[str, torch.Tensor] | None):
-        self.ex = ex
-        self.state = state
-        self.kept: dict[str, Any] = {}  # outside values block recomputations will read
-        self.keep_left = Counter(ex.keep_count)
-        self.captured: dict[_Replay, torch.Tensor] = {}
-        self.values: dict[str, Any] = {}  # recomputed values awaiting value-handle unpacks
-        self.value_left: Counter[str] = Counter()
-        self.done: set[int] = set()
-        self.rng_states: dict[str, tuple] = {}
-        self.rng: _RNG | None = None
-        self.current: fx.Node | None = None
-        self.saves = 0
-        self.aliases: dict[int, tuple[str, int | None]] = {}
-
-    # -- forward ---------------------------------------------------------------------------------
-    def bind(self, inputs: Sequence[torch.Tensor], tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-        p, module = self.ex.program, self.ex.module
+        p = self.program
         if len(inputs) != len(p.user_inputs):
             raise TypeError(f"the traced model takes {len(p.user_inputs)} tensor inputs, got {len(inputs)}")
-        written = set(p.buffer_writes.values())
-        env: dict[str, Any] = {}
+        tensors = state if state is not None else module_state(self.module)
+        self.device = inputs[0].device if inputs else torch.device("cpu")
+        values: dict[str, torch.Tensor] = {}
         for name, fqn in p.params.items():
-            env[name] = tensors[fqn]
+            values[name] = tensors[fqn]
         for name, fqn in p.buffers.items():
-            buf = tensors[fqn] if fqn in tensors else _attr(module, fqn)
-            # ops must read the pre-step value even when recomputed after the buffer was updated
-            env[name] = buf.clone() if fqn in written else buf
+            values[name] = tensors[fqn]
         for name, x in zip(p.user_inputs, inputs):
-            env[name] = x
-        return env
-
-    def run(self, inputs: Sequence[torch.Tensor]) -> Any:
-        ex, p = self.ex, self.ex.program
-        tensors = self.state if self.state is not None else module_state(ex.module)
-        env = self.bind(inputs, tensors)
-        device = inputs[0].device if inputs else torch.device("cpu")
-        self.rng = _RNG(device)
-        for node in p.prologue:
-            env[node.name] = _call(node, env)
-        for name in ex.keep_count:
-            if name in env:
-                self.kept[name] = env[name]
-        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
-            for i, node in enumerate(ex.order):
-                if node.name in ex.random:
-                    self.rng_states[node.name] = self.rng.get()
-                self.current, self.saves = node, 0
-                self.aliases = self._discarded_inputs(node, env)
-                env[node.name] = _call(node, env)
-                if node.name in ex.keep_count:
-                    self.kept[node.name] = env[node.name]
-                for dead in ex.last_use.get(i, ()):
-                    env.pop(dead, None)
-        self.current, self.aliases = None, {}
-        with torch.no_grad():
-            for out_name, fqn in p.buffer_writes.items():
-                tensors[fqn].copy_(env[out_name])
-        outs = [env[n.name] for n in p.user_outputs]
-        return tree_unflatten(outs, p.out_spec) if p.out_spec is not None else outs
-
-    def _discarded_inputs(self, node: fx.Node, env: dict[str, Any]) -> dict[int, tuple[str, int | None]]:
-        """Storages of the recomputed values a kept node reads: what it saves of them is a value handle."""
-        if node.name in self.ex.discarded:
-            return {}
-        out = {}
-        for a in node.all_input_nodes:
-            if a.name in self.ex.discarded:
-                for index, t in output_tensors(env[a.name]):
-                    out[t.untyped_storage()._cdata] = (a.name, index)
-        return out
-
-    def pack(self, t: torch.Tensor) -> Any:
-        node = self.current
-        if node is None:
-            return t
-        if node.name in self.ex.discarded:
-            handle = _Replay(node.name, self.saves)
-            self.saves += 1
-            return handle
-        owner = self.aliases.get(t.untyped_storage()._cdata)
-        if owner is None:
-            return t
-        self.value_left[owner[0]] += 1
-        return _Value(owner[0], owner[1], tuple(t.size()), tuple(t.stride()), t.storage_offset())
-
-    # -- backward --------------------------------------------------------------------------------
-    def unpack(self, handle: Any) -> torch.Tensor:
-        if isinstance(handle, torch.Tensor):
-            return handle
-        block = self.ex.block[handle.node]
-        if isinstance(handle, _Replay):
-            if handle not in self.captured:
-                self.recompute(block)
-            return self.captured.pop(handle)
-        if handle.node not in self.values:
-            self.recompute(block)
-        val = self.values[handle.node]
-        base = val if handle.index is None else val[handle.index]
-        self.value_left[handle.node] -= 1
-        if self.value_left[handle.node] <= 0:
-            del self.values[handle.node]
-        return base.as_strided(handle.size, handle.stride, handle.offset)
-
-    def recompute(self, block: int) -> None:
-        """Recover V_i \\ ∂(L_i) from the cache and re-record what each node saves (§3, backward step 1)."""
-        ex = self.ex
-        env: dict[str, Any] = {name: self.kept[name] for name in ex.reads[block]}
-        nodes = ex.replay[block]
-        remaining = Counter(a.name for n in nodes for a in n.all_input_nodes)
-        outer = self.rng.get() if any(n.name in ex.random for n in nodes) else None
-        for node in nodes:
-            if node.name in ex.random:
-                self.rng.set(self.rng_states[node.name])
-            saved: list[torch.Tensor] = []
-            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(
-                lambda t: saved.append(t), lambda _: None
-            ):
-                env[node.name] = _call(node, env)
-            for j, t in enumerate(saved):
-                self.captured[_Replay(node.name, j)] = t
-            if self.value_left[node.name] > 0:
-                self.values[node.name] = env[node.name]
-            for a in node.all_input_nodes:
-                remaining[a.name] -= 1
-                if remaining[a.name] == 0:
-                    env.pop(a.name, None)
-        if outer is not None:
-            self.rng.set(outer)
-        if block not in self.done:
-            self.done.add(block)
-            for name in ex.reads[block]:
-                self.keep_left[name] -= 1
-                if self.keep_left[name] == 0:
-                    self.kept.pop(name, None)
+            values[name] = x
+        params = [tensors[f] for f in self.param_order]
+        out = _Run.apply(self, values, *inputs, *params)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        return tree_unflatten(outs, p.joint.out_spec) if p.joint.out_spec is not None else outs
 
 
 def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -273,12 +225,7 @@ def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(module.named_parameters(remove_duplicate=False)), **dict(module.named_buffers(remove_duplicate=False))}
 
 
-def _attr(module: torch.nn.Module, fqn: str) -> Any:
-    for part in fqn.split("."):
-        module = getattr(module, part)
-    return module
-
-
-def execute(graph: Graph, plan: Plan, module: torch.nn.Module | None = None) -> Executor:
-    """An :class:`Executor` for ``plan`` on the traced ``graph``; ``module`` defaults to the traced model."""
-    return Executor(graph, plan, module if module is not None else graph.program.module)
+def execute(graph: Graph, plan: Plan, module: torch.nn.Module | None = None, schedule: Schedule | None = None) -> Executor:
+    """An :class:`Executor` for ``plan`` (or ``schedule``) on the traced ``graph``; ``module`` defaults
+    to the traced model."""
+    return Executor(graph, plan, module if module is not None else graph.program.module, schedule)

@@ -43,7 +43,8 @@ class Measurement:
         grad_bytes: bytes of the parameter gradients at the end of the step.
         seconds: median wall time of one step (``None`` on ``fake``).
         times: every timed iteration, seconds.
-        predicted_peak: the planner's eq. (2) prediction, when a plan was measured.
+        predicted_peak: the plan's predicted peak (the simulator's, on a traced graph), when a plan
+            was measured.
     """
 
     backend: str
@@ -158,8 +159,11 @@ def measure(
             return torch.func.functional_call(model, state, xs)
         return runner(*xs, state=state)
 
+    # an executor traced with the loss (``trace(..., loss_fn=...)``) returns the loss itself
+    step_loss = (lambda out: out) if getattr(runner, "includes_loss", False) else loss_fn
+
     def one_step(state: dict[str, torch.Tensor], xs: tuple) -> int:
-        loss_fn(call(state, xs)).backward()
+        step_loss(call(state, xs)).backward()
         grads = [t.grad for t in state.values() if isinstance(t, torch.Tensor) and t.grad is not None]
         nbytes = _bytes(grads)
         for t in state.values():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -10,7 +11,7 @@ from typing import Any, Callable, Sequence
 from . import lowerset
 from .graph import Graph
 
-__all__ = ["Plan", "InfeasibleBudget", "register", "plan", "methods", "STRATEGIES"]
+__all__ = ["Plan", "PlannerSpec", "InfeasibleBudget", "register", "plan", "methods", "spec", "simulated_peak", "STRATEGIES"]
 
 STRATEGIES = ("tc", "mc")
 
@@ -33,12 +34,14 @@ class Plan:
         lower_sets: L_1 ≺ … ≺ L_k = V as frozensets of node ids.
         cached: U_k = ∪ ∂(L_i), the values kept from the forward pass.
         overhead: recomputation cost Σ_{i<k} T(V_i \\ ∂(L_i)) (eq. 1 without the never-recomputed V_k).
-        peak: M({L_1 ≺ … ≺ L_k}) of eq. (2), bytes (or of its liveness variant, see ``memory_model``).
+        peak: bytes at the peak of the step: on a traced graph the simulator's exact peak of the
+            schedule that runs (``memory_model="simulator"``); on a graph built from edges,
+            M({L_1 ≺ … ≺ L_k}) of eq. (2) or its liveness variant.
         budget: the memory budget B the plan was solved for (``None`` where the method takes none).
         solve_seconds: wall time of the planner.
         info: method-specific facts (number of lower sets, time quantisation, search steps, …).
-        memory_model: ``"paper"`` (eq. 2) or ``"liveness"`` (:func:`recompute.lowerset.block_memory`),
-            the model ``peak`` and ``budget`` are expressed in.
+        memory_model: ``"simulator"``, ``"paper"`` (eq. 2) or ``"liveness"``
+            (:func:`recompute.lowerset.block_memory`): what ``peak`` and ``budget`` are expressed in.
     """
 
     method: str
@@ -102,14 +105,36 @@ class Plan:
 
 
 Planner = Callable[..., Plan]
-_REGISTRY: dict[str, Planner] = {}
 
 
-def register(name: str) -> Callable[[Planner], Planner]:
-    """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``."""
+@dataclass(frozen=True)
+class PlannerSpec:
+    """A registered planner and what it takes.
+
+    Attributes:
+        fn: ``fn(graph, *, budget=None, strategy=None, **options) -> Plan``.
+        options: the keyword options it accepts besides ``budget`` and ``strategy``.
+        searches_budget: its plans depend on the budget (the DPs): on a traced graph, :func:`plan`
+            tightens the budget it gives the planner until the simulated peak fits the user's.
+    """
+
+    name: str
+    fn: Planner
+    options: tuple[str, ...]
+    searches_budget: bool
+
+
+_REGISTRY: dict[str, PlannerSpec] = {}
+
+
+def register(name: str, *, searches_budget: bool = False) -> Callable[[Planner], Planner]:
+    """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``; its
+    options are read off its signature."""
 
     def deco(fn: Planner) -> Planner:
-        _REGISTRY[name] = fn
+        params = inspect.signature(fn).parameters
+        options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
+        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget)
         return fn
 
     return deco
@@ -119,6 +144,22 @@ def methods() -> list[str]:
     """Names of the registered planning methods."""
     importlib.import_module(f"{__package__}.planners")  # importing the package registers them
     return sorted(_REGISTRY)
+
+
+def spec(method: str) -> PlannerSpec:
+    """The registry entry of ``method``; ValueError naming the registered ones otherwise."""
+    names = methods()
+    if method not in _REGISTRY:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(names)}")
+    return _REGISTRY[method]
+
+
+def simulated_peak(graph: Graph, p: Plan) -> int:
+    """Exact peak (bytes) of the canonical schedule of ``p`` as :mod:`recompute.execute` runs it."""
+    from .schedule import canonical
+    from .simulate import simulate
+
+    return simulate(graph.program, canonical(graph, p.lower_sets)).peak
 
 
 def plan(
@@ -134,13 +175,89 @@ def plan(
     ``strategy`` (``"tc"`` time-centric / ``"mc"`` memory-centric, §4.4) applies to the DP methods;
     with ``budget=None`` they use the smallest budget for which a strategy exists. Raises
     :class:`InfeasibleBudget` (with the smallest feasible budget) when ``budget`` is too small.
+
+    On a traced graph (``recompute.trace``) the plan's ``peak`` is the simulator's: the exact peak of
+    the schedule the executor runs (:mod:`recompute.simulate`), which is what ``measure`` reports;
+    the planner's own memory model's value is kept in ``info["model_peak"]``, and a ``budget`` bounds
+    the simulated peak.
     """
-    names = methods()
-    if method not in _REGISTRY:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(names)}")
+    entry = spec(method)
+    unknown = sorted(set(options) - set(entry.options))
+    if unknown:
+        allowed = ", ".join(entry.options) or "none"
+        raise ValueError(f"{method} takes no option {', '.join(map(repr, unknown))}; its options: {allowed}")
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     start = time.perf_counter()
-    result = _REGISTRY[method](graph, budget=budget, strategy=strategy, **options)
+    if graph.program is None:
+        result = entry.fn(graph, budget=budget, strategy=strategy, **options)
+    else:
+        result = _simulated(graph, entry, budget, strategy, options)
     result.solve_seconds = time.perf_counter() - start
     return result
+
+
+def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: str | None,
+               options: dict[str, Any]) -> Plan:  # fmt: skip
+    """Run the planner and price its plan with the simulator; for a budget, search the largest
+    budget to give the planner whose plan's simulated peak fits it (each probe is one solve)."""
+
+    def solve(b: int | None) -> Plan:
+        p = entry.fn(graph, budget=b, strategy=strategy, **options)
+        p.info["model_peak"], p.info["model"] = p.peak, p.memory_model
+        p.peak, p.memory_model = simulated_peak(graph, p), "simulator"
+        p.budget = budget
+        return p
+
+    best = solve(None)
+    if budget is None and entry.searches_budget:
+        return _smallest(solve, best)
+    if budget is None or best.peak <= budget:
+        if budget is not None and entry.searches_budget:
+            best = _loosest(solve, best, budget)
+        return best
+    if not entry.searches_budget:
+        raise InfeasibleBudget(entry.name, budget, best.peak)
+    return _loosest(solve, best, budget)
+
+
+def _smallest(solve: Callable[[int | None], Plan], first: Plan, probes: int = 6, step: float = 0.03) -> Plan:
+    """With no budget: the planner's model is not the simulator, so its smallest budget need not give
+    the smallest simulated peak. Probe budgets 3%, 6%, … above it and keep the smallest simulated
+    peak (then the least overhead)."""
+    base = int(first.info.get("min_budget") or first.info["model_peak"])
+    best = first
+    for j in range(1, probes):
+        p = solve(int(base * (1 + step * j)))
+        if (p.peak, p.overhead) < (best.peak, best.overhead):
+            best = p
+    best.budget = None
+    best.info["probes"] = probes
+    return best
+
+
+def _loosest(solve: Callable[[int | None], Plan], tightest: Plan, budget: int) -> Plan:
+    """Bisect the planner's budget between its own smallest one and ``budget`` (×2 of the model's
+    peak): the plan with the least overhead whose simulated peak fits ``budget``."""
+    lo = int(tightest.info.get("min_budget") or tightest.info["model_peak"])
+    if tightest.peak > budget:
+        raise InfeasibleBudget(tightest.method, budget, tightest.peak)
+    hi = max(lo, 2 * budget)
+    best = tightest
+    for _ in range(12):
+        if hi - lo <= max(1, lo // 1000):
+            break
+        mid = (lo + hi) // 2
+        try:
+            p = solve(mid)
+        except InfeasibleBudget:
+            lo = mid
+            continue
+        if p.peak <= budget:
+            lo = mid
+            if (p.overhead, p.peak) < (best.overhead, best.peak):
+                best = p
+        else:
+            hi = mid
+    best.info["budget_probes"] = True
+    return best

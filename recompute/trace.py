@@ -1,16 +1,17 @@
 """``recompute.trace``: extract G = (V, E) with costs from an ``nn.Module``.
 
-The model is exported with ``torch.export`` and functionalised (``run_decompositions({})``): an
-ATen-level graph where in-place ops became functional (``relu_`` → ``relu``), BatchNorm returns its
-new running statistics instead of writing them, and every shape is known from FakeTensor propagation,
-so tracing at paper scale allocates no activation. The fx graph is then condensed into the paper's V:
+The whole training step is exported as one functional ATen graph (:mod:`recompute.joint`): the
+forward ops, the backward ops with the forward op each belongs to, BatchNorm's new running statistics
+and the parameter gradients as outputs. Every shape is known from FakeTensor propagation, so tracing
+at paper scale allocates no activation. The forward half is then condensed into the paper's V:
 
 * one node per tensor-producing operation that depends on the user inputs;
 * ``getitem`` of a multi-output op and view ops (``view``, ``t``, ``expand``…) belong to the node whose
   storage they alias, so they neither create bogus nodes nor hide a dependency;
 * computations on parameters and buffers alone (BatchNorm's ``num_batches_tracked + 1``, weight
-  transposes) and views of the inputs are not in V: the executor runs them once per step, before the
-  forward pass.
+  transposes) and views of the inputs are not in V: they run once per step, before the forward pass.
+
+Each backward op belongs to the node of V that owns the forward op whose ``grad_fn`` ran it.
 """
 
 from __future__ import annotations
@@ -20,17 +21,15 @@ import re
 import time as _time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
 
 from . import costs
-from .fxnodes import output_tensors, run_node
+from .fxnodes import output_tensors
+from .joint import JointProgram, trace_step
 from .graph import Graph
 
 __all__ = ["trace", "TraceError", "Program"]
@@ -42,34 +41,51 @@ class TraceError(RuntimeError):
 
 @dataclass(eq=False)
 class Program:
-    """The executable side of a traced :class:`Graph`.
+    """The executable side of a traced :class:`Graph`: the joint graph and V's place in it.
 
     Attributes:
-        gm: the functional ATen graph (an ``fx.GraphModule``).
-        params, buffers: placeholder name → fully qualified name in the model.
-        user_inputs: placeholder names of the model's tensor inputs, in call order.
-        buffer_writes: output fx node → buffer FQN it must be written to (BatchNorm statistics).
-        user_outputs: the fx nodes whose values the model returns.
-        group: fx node name → the id of its node in V, for every fx node in V (views and getitems
-            included); placeholders and parameter-only (prologue) nodes are absent.
-        members: for each node of V, its fx nodes in execution order (the op first).
-        prologue: fx nodes outside V, run once per step before the forward pass: computations on
-            parameters and buffers alone, and views of the inputs.
-        out_spec: pytree spec to rebuild the model's output structure.
+        joint: the training step's joint graph (:class:`recompute.joint.JointProgram`).
+        group: fx node name → the id of its node in V, for every forward fx node in V (views and
+            getitems included).
+        owner: backward fx node name → the node of V it belongs to (the owner of the forward op
+            whose ``grad_fn`` ran it; ops of a ``grad_fn`` outside V go with the op before them).
+        members: for each node of V, its forward fx nodes in execution order (the op first).
+        prologue: forward fx nodes outside V, run once per step before the forward pass:
+            computations on parameters and buffers alone, and views of the inputs.
+        loss: whether the traced step ends in a loss (``trace(..., loss_fn=...)``).
     """
 
-    gm: fx.GraphModule
-    params: dict[str, str]
-    buffers: dict[str, str]
-    user_inputs: list[str]
-    buffer_writes: dict[str, str]
-    user_outputs: list[fx.Node]
+    joint: JointProgram
     group: dict[str, int]
     members: list[list[fx.Node]]
     prologue: list[fx.Node]
-    out_spec: Any = None
-    module: torch.nn.Module | None = None
+    owner: dict[str, int]
+    loss: bool = False
     trace_seconds: float = 0.0
+
+    @property
+    def gm(self) -> fx.GraphModule:
+        return self.joint.gm
+
+    @property
+    def module(self) -> torch.nn.Module | None:
+        return self.joint.module
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.joint.params
+
+    @property
+    def buffers(self) -> dict[str, str]:
+        return self.joint.buffers
+
+    @property
+    def user_inputs(self) -> list[str]:
+        return self.joint.user_inputs
+
+    @property
+    def user_outputs(self) -> list[fx.Node]:
+        return self.joint.user_outputs
 
 
 def _is_view(target: Any) -> bool:
@@ -87,15 +103,14 @@ def _user_frame(exc: BaseException) -> str | None:
     return f'{path}:{line} in {func}: "{code.strip()}"'
 
 
-def _export(model: torch.nn.Module, args: tuple) -> ExportedProgram:
+def _export(model: torch.nn.Module, args: tuple, loss_fn: Callable[[Any], torch.Tensor] | None) -> JointProgram:
     try:
-        ep = torch.export.export(model, args, strict=False)
-        return ep.run_decompositions({})
+        return trace_step(model, args, loss_fn)
     except Exception as exc:  # torch raises many different types here; all mean "not traceable"
         where = _user_frame(exc)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(
-            f"could not trace {type(model).__name__} with torch.export: {type(exc).__name__}: {first}"
+            f"could not trace {type(model).__name__}: {type(exc).__name__}: {first}"
             + (f"\n  at {where}" if where else "")
             + "\nWhat to do: make forward() free of Python control flow on tensor values (use "
             "torch.where / torch.cond), of .item()/.tolist() and of non-tensor side effects, or plan "
@@ -120,60 +135,37 @@ def trace(
     example_inputs: Sequence[torch.Tensor] | torch.Tensor,
     *,
     cost_model: str = "paper",
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
     **cost_options: Any,
 ) -> Graph:
-    """Trace ``model`` at ``example_inputs`` into a :class:`Graph` with M_v (bytes) and T_v.
+    """Trace the training step of ``model`` at ``example_inputs`` into a :class:`Graph`.
 
     ``cost_model`` is one of :data:`recompute.costs.COST_MODELS` (``"paper"``: 10 per convolution and 1
-    otherwise, as in Kusumoto §3; ``"flops"``; ``"measured"``). Inputs may be FakeTensors, so a
-    paper-scale graph costs no activation memory. The graph keeps the executable program in
-    ``graph.program`` for :func:`recompute.execute`.
+    otherwise, as in Kusumoto §3; ``"flops"``; ``"measured"``). With ``loss_fn`` the step is
+    ``loss_fn(model(*inputs))`` and its ops are part of V (what :func:`recompute.measure` runs);
+    without, the step ends at the model's outputs and their gradients come from the caller's loss
+    (what :func:`recompute.optimize` runs). Inputs may be FakeTensors, so a paper-scale graph costs no
+    activation memory. The graph keeps the executable program in ``graph.program``.
     """
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     start = _time.perf_counter()
-    program = _condense(_export(model, args), model)
+    program = _condense(_export(model, args, loss_fn), loss=loss_fn is not None)
     preds, mem, names, ops = _graph_lists(program)
-    saved = _saved_bytes(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)
     program.trace_seconds = _time.perf_counter() - start
     return Graph(
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
-        cost_model=cost_model, program=program, saved=saved,
+        cost_model=cost_model, program=program, saved=_saved_bytes(program),
     )
 
 
-def _condense(ep: ExportedProgram, model: torch.nn.Module) -> Program:
-    gm = ep.graph_module
-    sig = ep.graph_signature
-    params, buffers, user_inputs = {}, {}, []
-    for spec in sig.input_specs:
-        name = spec.arg.name
-        if spec.kind == InputKind.PARAMETER:
-            params[name] = spec.target
-        elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-            buffers[name] = spec.target
-        elif spec.kind == InputKind.USER_INPUT:
-            user_inputs.append(name)
-        else:
-            raise TraceError(f"unsupported model input {name!r} of kind {spec.kind}")
-    buffer_writes: dict[str, str] = {}
-    user_output_names: list[str] = []
-    for spec in sig.output_specs:
-        if spec.kind == OutputKind.BUFFER_MUTATION:
-            buffer_writes[spec.arg.name] = spec.target
-        elif spec.kind == OutputKind.USER_OUTPUT:
-            user_output_names.append(spec.arg.name)
-        else:
-            raise TraceError(f"unsupported model output {spec.arg.name!r} of kind {spec.kind}")
-
+def _condense(joint: JointProgram, loss: bool) -> Program:
     group: dict[str, int] = {}
     members: list[list[fx.Node]] = []
     prologue: list[fx.Node] = []
-    live = set(user_inputs)  # fx nodes that depend on a user input
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
+    live = set(joint.user_inputs)  # fx nodes that depend on a user input
+    for node in joint.forward:
         inputs = [a.name for a in node.all_input_nodes]
         if not any(a in live for a in inputs):
             prologue.append(node)
@@ -189,20 +181,13 @@ def _condense(ep: ExportedProgram, model: torch.nn.Module) -> Program:
             continue
         group[node.name] = len(members)
         members.append([node])
-    by_name = {n.name: n for n in gm.graph.nodes}
-    return Program(
-        gm=gm,
-        params=params,
-        buffers=buffers,
-        user_inputs=user_inputs,
-        buffer_writes=buffer_writes,
-        user_outputs=[by_name[n] for n in user_output_names],
-        group=group,
-        members=members,
-        prologue=prologue,
-        out_spec=ep.call_spec.out_spec,
-        module=model,
-    )
+    owner: dict[str, int] = {}
+    last: int | None = None
+    for node in joint.backward:
+        last = group.get(joint.owner.get(node.name, ""), last)
+        if last is not None:
+            owner[node.name] = last
+    return Program(joint=joint, group=group, members=members, prologue=prologue, owner=owner, loss=loss)
 
 
 def _graph_lists(p: Program) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, tuple[str, ...], tuple[str, ...]]:
@@ -218,43 +203,17 @@ def _graph_lists(p: Program) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, t
 
 
 def _saved_bytes(p: Program) -> np.ndarray:
-    """Bytes of each node's output that plain autograd keeps for backward (saved by the node itself or
-    by a successor), found by running the forward pass once on FakeTensors under a saved-tensor hook.
-
-    This is what a value costs while its block waits for backward; a value nobody saves (a
-    convolution output read only by a ReLU, which saves its own output) lives only briefly.
-    """
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    owner: dict[int, tuple[int, int]] = {}  # storage → (node of V, bytes)
+    """Bytes of each node's output that the backward pass reads (its own backward or a successor's):
+    what a value costs while its block waits for backward; a value nobody reads there (a convolution
+    output read only by a ReLU, which saves its own output) lives only briefly."""
     saved = np.zeros(len(p.members), dtype=np.int64)
-    counted: set[int] = set()
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        key = t.untyped_storage()._cdata
-        if key in owner and key not in counted:
-            counted.add(key)
-            v, nbytes = owner[key]
-            saved[v] += nbytes
-        return t
-
-    env: dict[str, Any] = {}  # every value stays alive, so storage ids are never reused
-    with mode:
-        for node in p.gm.graph.nodes:
-            if node.op == "placeholder":
-                val = node.meta["val"]
-                env[node.name] = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype).requires_grad_(
-                    node.name in p.params and val.dtype.is_floating_point
-                )
-        for node in p.prologue:
-            env[node.name] = run_node(node, env)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            for node in p.gm.graph.nodes:
-                if node.name not in p.group:
-                    continue
-                out = env[node.name] = run_node(node, env)
-                v = p.group[node.name]
-                if p.members[v][0] is not node:
-                    continue  # a view or getitem: its storage is its base's
-                for _, t in output_tensors(out):
-                    owner.setdefault(t.untyped_storage()._cdata, (v, t.numel() * t.element_size()))
+    read = {a.name for b in p.joint.backward for a in b.all_input_nodes}
+    for v, nodes in enumerate(p.members):
+        op = nodes[0]
+        outs = output_tensors(op.meta.get("val"))
+        used = set()
+        for n in nodes:
+            if n.name in read:
+                used.add(n.args[1] if n.target is operator.getitem else None)
+        saved[v] = sum(t.numel() * t.element_size() for i, t in outs if i in used or (None in used and i is None))
     return saved

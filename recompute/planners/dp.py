@@ -438,7 +438,7 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
                               memory_model=memory_model, **info)
 
 
-@register("exactdp")
+@register("exactdp", searches_budget=True)
 def exactdp(
     g: Graph,
     *,
@@ -460,7 +460,7 @@ def exactdp(
     return _solve(g, fam, "exactdp", budget, strategy, time_levels, memory_model, seed=seed)
 
 
-@register("approxdp")
+@register("approxdp", searches_budget=True)
 def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = 2000,
              memory_model: str = "paper") -> Plan:  # fmt: skip
     """Approximate DP of §4.3 over the pruned family {L_v | v ∈ V} ∪ {∅, V} (``tc`` or ``mc``, §4.4)."""

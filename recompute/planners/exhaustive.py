@@ -34,7 +34,7 @@ def lower_sets(g: Graph) -> list[frozenset[int]]:
     return out
 
 
-@register("exhaustive")
+@register("exhaustive", searches_budget=True)
 def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None,
                memory_model: str = "paper") -> Plan:  # fmt: skip
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.

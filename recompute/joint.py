@@ -1,0 +1,299 @@
+"""The training step as one functional ATen graph: forward, loss, backward (the *joint graph*).
+
+``trace_step(model, inputs, loss_fn)`` exports ``loss_fn(model(*inputs))`` (or ``model(*inputs)`` when
+``loss_fn`` is None) with ``torch._functorch.aot_autograd.aot_export_module(trace_joint=True)``: the
+forward ops, then the backward ops in the order the autograd engine ran them, with BatchNorm's new
+running statistics and the parameter gradients as outputs. Inputs may be FakeTensors, so a
+paper-scale step allocates nothing.
+
+The gradients of the step's outputs come in as *tangent* placeholders: a custom ``autograd.Function``
+(``_Seed``) takes the outputs and the tangents and hands the tangents back as their gradients, so the
+joint graph is the vector-Jacobian product of the step, with no op for the seed itself. This is what
+lets :mod:`recompute.execute` run the backward half inside ``autograd.Function.backward`` with the
+gradient the caller's own loss produced.
+
+Every backward op is tagged with its *owner*: the forward op whose ``grad_fn`` the engine was running
+when the op was traced (pre-hooks on every ``grad_fn`` record where each one's ops begin). Gradient
+accumulation for a value with several users belongs to the ``grad_fn`` that produced the last
+contribution, as in the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.fx as fx
+from torch._functorch.aot_autograd import aot_export_module
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["JointProgram", "trace_step"]
+
+
+@dataclass(eq=False)
+class JointProgram:
+    """The joint graph of one training step and what each of its placeholders and outputs is.
+
+    Attributes:
+        gm: the functional ATen graph (``fx.GraphModule``) of forward and backward.
+        params, buffers: placeholder name → fully qualified name in the model.
+        user_inputs: placeholder names of the step's tensor inputs, in call order.
+        tangents: placeholder names of the gradients of the step's outputs (one per output).
+        user_outputs: fx nodes the step returns (the model's outputs, or the loss).
+        buffer_writes: fx node name → buffer FQN it must be written to (BatchNorm statistics).
+        param_grads: fx node name → FQN of the parameter whose gradient it is.
+        forward, backward: the call_function nodes of each half, in graph order.
+        owner: backward node name → name of the forward op whose ``grad_fn`` ran it (absent where
+            the engine ran it outside any ``grad_fn``).
+        out_spec: pytree spec of the model's output.
+    """
+
+    gm: fx.GraphModule
+    params: dict[str, str]
+    buffers: dict[str, str]
+    user_inputs: list[str]
+    tangents: list[str]
+    user_outputs: list[fx.Node]
+    buffer_writes: dict[str, str]
+    param_grads: dict[str, str]
+    forward: list[fx.Node]
+    backward: list[fx.Node]
+    owner: dict[str, str]
+    out_spec: Any = None
+    module: torch.nn.Module | None = field(default=None, repr=False)
+
+    def node(self, name: str) -> fx.Node:
+        return self._by_name[name]
+
+    def __post_init__(self) -> None:
+        self._by_name = {n.name: n for n in self.gm.graph.nodes}
+
+
+class _Seed(torch.autograd.Function):
+    """``_Seed.apply(n, *outputs, *tangents)`` → a scalar zero whose backward gives each output its
+    tangent: the joint graph then receives the outputs' gradients as inputs."""
+
+    @staticmethod
+    def forward(n: int, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return tensors[0].new_zeros(())
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        n = inputs[0]
+        ctx.n = n
+        ctx.save_for_backward(*inputs[1 + n:])
+
+    @staticmethod
+    def backward(ctx: Any, _grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        return (None, *ctx.saved_tensors, *[None] * ctx.n)
+
+
+class _Step(torch.nn.Module):
+    """``forward(*inputs, *tangents)`` → (seed, *outputs): the module ``aot_export_module`` traces."""
+
+    def __init__(self, model: torch.nn.Module, n_inputs: int, loss_fn: Callable[[Any], torch.Tensor] | None):
+        super().__init__()
+        self.model, self.n_inputs, self.loss_fn = model, n_inputs, loss_fn
+        self.out_spec: Any = None
+        self.marks: list[tuple[torch.autograd.graph.Node, str]] = []
+
+    def forward(self, *args: torch.Tensor) -> tuple:
+        out = self.model(*args[: self.n_inputs])
+        if self.loss_fn is not None:
+            out = self.loss_fn(out)
+        flat, self.out_spec = tree_flatten(out)
+        if not all(isinstance(t, torch.Tensor) and t.requires_grad for t in flat):
+            raise TypeError("every output of the traced step must be a tensor that requires grad")
+        self._mark(flat)
+        seed = _Seed.apply(len(flat), *flat, *args[self.n_inputs:])
+        return (seed, *(t.detach() for t in flat))
+
+    def _mark(self, outs: Sequence[torch.Tensor]) -> None:
+        """Pre-hook every ``grad_fn`` to record the last traced node before it runs."""
+        seen: set = set()
+        stack = [t.grad_fn for t in outs if t.grad_fn is not None]
+        while stack:
+            fn = stack.pop()
+            if fn in seen:
+                continue
+            seen.add(fn)
+
+            def pre(_grads: Any, fn: Any = fn) -> None:
+                mode = get_proxy_mode()
+                if mode is not None:
+                    self.marks.append((fn, next(reversed(mode.tracer.graph.nodes)).name))
+
+            fn.register_prehook(pre)
+            stack.extend(f for f, _ in fn.next_functions if f is not None)
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def _grad_fn_op(fn: torch.autograd.graph.Node) -> str:
+    """``NativeBatchNormLegitBackward0`` → ``nativebatchnormlegit``."""
+    return _normal(re.sub(r"Backward\d*$", "", fn.name()))
+
+
+def _op_name(node: fx.Node) -> str:
+    target = node.target
+    name = target._opname if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+    return _normal(name)
+
+
+def _matches(fn_op: str, node_op: str) -> bool:
+    return node_op in (fn_op, fn_op + "functional")
+
+
+def trace_step(
+    model: torch.nn.Module,
+    inputs: Sequence[torch.Tensor],
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+) -> JointProgram:
+    """Export the training step of ``model`` at ``inputs`` as a :class:`JointProgram`."""
+    step = _Step(model, len(inputs), loss_fn)
+    with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_upsampling():
+        tangents = _tangents(model, inputs, loss_fn)
+        gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
+    by_name = {n.name: n for n in gm.graph.nodes}
+    seed = by_name[sig.user_outputs[0]]
+    user_outputs, detached = [], set()
+    for name in sig.user_outputs[1:]:
+        node = by_name[name]
+        # the step returns detached aliases of the real outputs, read by nothing else
+        while node.target in _ALIASES and all(u.op == "output" for u in node.users):
+            detached.add(node)
+            node = node.args[0]
+        user_outputs.append(node)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n not in detached]
+    cut = nodes.index(seed)
+    forward, backward = nodes[:cut], nodes[cut + 1:]
+    return JointProgram(
+        gm=gm,
+        params=_unwrap(sig.inputs_to_parameters),
+        buffers=_unwrap(sig.inputs_to_buffers),
+        user_inputs=list(sig.user_inputs[: len(inputs)]),
+        tangents=list(sig.user_inputs[len(inputs):]),
+        user_outputs=user_outputs,
+        buffer_writes=_unwrap(sig.buffers_to_mutate),
+        param_grads=_unwrap(sig.backward_signature.gradients_to_parameters),
+        forward=forward,
+        backward=backward,
+        owner=_owners(step.marks, forward, nodes),
+        out_spec=step.out_spec,
+        module=model,
+    )
+
+
+@contextlib.contextmanager
+def _real_parameters_allowed(mode: FakeTensorMode | None) -> Iterator[None]:
+    """FakeTensor inputs with the model's real parameters: let the inputs' mode take both."""
+    if mode is None:
+        yield
+        return
+    saved, mode.allow_non_fake_inputs = mode.allow_non_fake_inputs, True
+    try:
+        yield
+    finally:
+        mode.allow_non_fake_inputs = saved
+
+
+@contextlib.contextmanager
+def _eager_upsampling() -> Iterator[None]:
+    """Trace upsampling as eager runs it.
+
+    While tracing, torch swaps the C++ kernels of ``upsample_*`` for Python decompositions into
+    index arithmetic that rounds differently from the kernel eager calls; lifting those Python
+    kernels for the export keeps ``aten.upsample_bilinear2d`` (and its backward) in the graph, so the
+    step is bitwise the one plain training runs.
+    """
+    keys = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
+    lifted = []
+    for name in dir(torch.ops.aten):
+        if not name.lstrip("_").startswith("upsample"):
+            continue
+        packet = getattr(torch.ops.aten, name)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            for key in keys:
+                if key in op.py_kernels:
+                    lifted.append((op, key, op.py_kernels.pop(key)))
+            op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, key, kernel in lifted:
+            op.py_kernels[key] = kernel
+            op._dispatch_cache.clear()
+
+
+def _tangents(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
+              loss_fn: Callable[[Any], torch.Tensor] | None) -> list[torch.Tensor]:
+    """One tensor like each output of the step, found on FakeTensors (no arithmetic), made in the
+    inputs' own kind: fake for fake inputs, real (uninitialised) otherwise."""
+    mode = detect_fake_mode(inputs)
+    probe = mode if mode is not None else FakeTensorMode(allow_non_fake_inputs=True)
+    # on fake copies of the buffers: a training-mode forward updates BatchNorm's statistics
+    buffers = {name: probe.from_tensor(b) for name, b in model.named_buffers(remove_duplicate=False)}
+    with torch.no_grad(), probe:
+        xs = [x if mode is not None else probe.from_tensor(x) for x in inputs]
+        out = torch.func.functional_call(model, buffers, tuple(xs), strict=False)
+        out = out if loss_fn is None else loss_fn(out)
+        specs = [(t.shape, t.dtype, t.device) for t in tree_flatten(out)[0]]
+    with mode if mode is not None else contextlib.nullcontext():
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs]
+
+
+def _unwrap(names: dict[str, str]) -> dict[str, str]:
+    """FQNs of ``_Step`` → FQNs of the user's model (drop the ``model.`` prefix)."""
+    return {k: v.removeprefix("model.") for k, v in names.items()}
+
+
+_ALIASES = (torch.ops.aten.alias.default, torch.ops.aten.detach.default)
+
+
+def _owners(marks: list, forward: list[fx.Node], nodes: list[fx.Node]) -> dict[str, str]:
+    """Backward node → the forward op whose ``grad_fn`` ran it.
+
+    ``grad_fn``s are created in forward order, so sorting them by sequence number and walking the
+    forward ops in graph order aligns each with its op by name (``ReluBackward0`` ↔ ``aten.relu``).
+    A ``grad_fn`` starts right after the node recorded by its pre-hook; several may start at the same
+    place (those that run no op), and the last of them owns what follows. Ops of a ``grad_fn`` that
+    has no op of its own in V (a leaf's accumulation) keep the owner before them.
+    """
+    fns = sorted({fn for fn, _ in marks}, key=lambda fn: fn._sequence_nr())
+    candidates = [n for n in forward if n.target is not operator.getitem]
+    op_of: dict[Any, str] = {}
+    pos = 0
+    for fn in fns:
+        want = _grad_fn_op(fn)
+        for j in range(pos, len(candidates)):
+            if _matches(want, _op_name(candidates[j])):
+                op_of[fn] = candidates[j].name
+                pos = j + 1
+                break
+    index = {n.name: i for i, n in enumerate(nodes)}
+    first_backward = min((i for i, n in enumerate(nodes) if n not in set(forward)), default=len(nodes))
+    starts: dict[int, Any] = {}
+    place = first_backward - 1
+    for fn, last in marks:
+        # an anchor dead-code-eliminated after tracing (the seed's unused ``ones_like``) stands at
+        # the place of the anchor before it
+        place = index.get(last, place)
+        starts[place] = fn  # the last grad_fn to start at a place owns the ops after it
+    owner: dict[str, str] = {}
+    current: str | None = None
+    for i in range(first_backward, len(nodes)):
+        if i - 1 in starts and starts[i - 1] in op_of:
+            current = op_of[starts[i - 1]]
+        if current is not None:
+            owner[nodes[i].name] = current
+    return owner

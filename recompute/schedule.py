@@ -1,0 +1,121 @@
+"""Schedules: the program a plan runs, as ordered op instances of the joint graph.
+
+A :class:`Schedule` lists instances of the joint graph's ops (:mod:`recompute.joint`). An instance is
+``(fx node name, copy)``: copy 0 is the op as the forward pass computes it, copy ≥ 1 a recomputation
+of a forward op in the backward phase (a schedule may recompute a value more than once). Every value
+dies after its last use, or after ``release`` where a schedule keeps it longer on purpose.
+
+:func:`canonical` compiles a lower-set sequence L_1 ≺ … ≺ L_k = V into the canonical strategy of
+Kusumoto et al. (2019, §3): the forward pass computes V in the traced order (so that random ops draw
+from the generator in the same order as plain training) and keeps the boundaries ∂(L_i) (and, as autograd would, what the last block's backward reads); then for i = k, …, 1 the
+backward phase recomputes V_i \\ ∂(L_i) from the cache, runs the backward ops of V_i, and lets the
+cached ∂(L_i) go. Cached values are kept until their own block's backward is done even where the
+last reader ran earlier: that is what makes the memory of block i depend only on (L_{i-1}, L_i) and
+the cache M(U_{i-1}), the structure the DP exploits.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+import torch.fx as fx
+
+from . import lowerset
+
+if TYPE_CHECKING:
+    from .graph import Graph
+    from .trace import Program
+
+__all__ = ["Instance", "Schedule", "canonical", "is_alias"]
+
+Instance = tuple[str, int]
+
+
+def is_alias(node: fx.Node) -> bool:
+    """Views and ``getitem`` share their base's storage: they allocate nothing."""
+    t = node.target
+    return t is operator.getitem or (isinstance(t, torch._ops.OpOverload) and t.is_view)
+
+
+@dataclass
+class Schedule:
+    """An ordered list of op instances of one joint graph.
+
+    Attributes:
+        steps: the op instances in execution order.
+        reads: for each step, the instances of its fx inputs it reads (placeholders have copy 0).
+        backward_start: index of the first step of the backward phase (tangents arrive there).
+        release: step index → instances that may die after it at the earliest (values kept on
+            purpose beyond their last use).
+        block: for each step, the block (1-based, the forward ones too) it belongs to; 0 for the
+            prologue.
+    """
+
+    steps: list[Instance]
+    reads: list[tuple[Instance, ...]]
+    backward_start: int
+    release: dict[int, list[Instance]] = field(default_factory=dict)
+    block: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def recomputations(self) -> int:
+        """How many op instances run more than once."""
+        return sum(1 for _, copy in self.steps if copy > 0)
+
+
+def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
+    """The canonical strategy of the lower-set sequence ``seq`` (see the module docstring)."""
+    p: Program = g.program
+    joint = p.joint
+    blocks = lowerset.blocks(seq)
+    k = len(blocks)
+    block_of = {v: i for i, b in enumerate(blocks, 1) for v in b}
+    recomputed: dict[int, frozenset[int]] = {
+        i: blocks[i - 1] - lowerset.boundary(g, frozenset(seq[i - 1])) for i in range(1, k)
+    }
+    steps: list[Instance] = []
+    reads: list[tuple[Instance, ...]] = []
+    where: list[int] = []
+
+    def emit(node: fx.Node, copy: int, blk: int, fresh: frozenset[int]) -> None:
+        """Append ``node``; an input whose node of V is in ``fresh`` is read as recomputed."""
+        steps.append((node.name, copy))
+        reads.append(tuple((a.name, 1 if p.group.get(a.name) in fresh else 0) for a in node.all_input_nodes))
+        where.append(blk)
+
+    for node in p.prologue:
+        emit(node, 0, 0, frozenset())
+    by_block: dict[int, list[fx.Node]] = {i: [] for i in range(1, k + 1)}
+    for node in joint.forward:
+        if node.name in p.group:
+            by_block[block_of[p.group[node.name]]].append(node)
+    for node in joint.forward:  # in the traced order: random ops draw in the same order as eager
+        if node.name in p.group:
+            emit(node, 0, block_of[p.group[node.name]], frozenset())
+    backward_start = len(steps)
+    owned: dict[int, list[fx.Node]] = {i: [] for i in range(1, k + 1)}
+    blk_of: dict[str, int] = {}
+    for node in joint.backward:
+        v = p.owner.get(node.name)
+        blk = block_of[v] if v is not None else k
+        # never before a gradient it reads (blocks run k, …, 1): guards an owner the alignment missed
+        blk = min([blk, *(blk_of[a.name] for a in node.all_input_nodes if a.name in blk_of)])
+        blk_of[node.name] = blk
+        owned[blk].append(node)
+    release: dict[int, list[Instance]] = {}
+    for i in range(k, 0, -1):
+        fresh = recomputed.get(i, frozenset())
+        for node in by_block[i]:
+            if p.group[node.name] in fresh:
+                emit(node, 1, i, fresh)
+        for node in owned[i]:
+            emit(node, 0, i, fresh)
+        if i < k:  # the cached boundary ∂(L_i) is kept until here
+            cached = blocks[i - 1] - fresh
+            release[len(steps) - 1] = [(n.name, 0) for v in cached for n in p.members[v]]
+    return Schedule(steps=steps, reads=reads, backward_start=backward_start, release=release, block=where)
