@@ -5,7 +5,7 @@ meters it: every op instance allocates its outputs (each output of a multi-outpu
 views and ``getitem`` share their base's), the peak is taken with the op's inputs and outputs alive,
 and then every storage whose last use (over all its views) has passed is freed. Parameters, buffers
 and inputs exist before the step and are not counted; the tangents arrive when the backward phase
-starts; the step's outputs (parameter gradients, the model's outputs) live to the end, and the new
+starts and are held by the caller until it ends; the step's outputs (parameter gradients, the model's outputs) live to the end, and the new
 BatchNorm statistics until the forward phase ends, when they are written to the buffers.
 """
 
@@ -101,6 +101,9 @@ def simulate(p: "Program", s: Schedule) -> Simulation:
         st = storage_of.get((name, 0))
         if st is not None:
             last[st] = max(last.get(st, -1), forward_end)
+    # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
+    for name in joint.tangents:
+        last[storage_of[(name, 0)]] = n
     for node in [*joint.user_outputs, *(joint.node(g) for g in joint.param_grads)]:
         st = storage_of.get((node.name, 0))
         if st is not None:

@@ -21,6 +21,8 @@ METHODS = [("vanilla", None, None), ("chen", None, None), ("chen_greedy", None, 
     (dp, strategy, model) for dp in ("approxdp", "exactdp") for strategy in ("tc", "mc") for model in ("paper", "liveness")
 ]
 SMALL = ["chain", "skip", "siamese", "dropout", "resblock"]
+# the zoo at tiny inputs: every planner once (the DPs' memory model only steers their search)
+ZOO_METHODS = [m for m in METHODS if m[2] != "paper"]
 
 
 def by_method(method: str, strategy: str | None = None, memory_model: str | None = None):
@@ -83,7 +85,7 @@ def test_dropout_recomputed_with_the_same_mask():
 @pytest.mark.parametrize("name", ["resnet50", "vgg19", "googlenet", "densenet161", "unet", "pspnet", "resnet152"])
 def test_zoo_tiny_inputs_every_method(name):
     model, inputs = nets.build(name, batch_size=2, input_size=64 if name in ("unet", "pspnet") else 32)
-    for plan in check_plans(model, inputs, [by_method(*m) for m in METHODS], dtype=torch.float32):
+    for plan in check_plans(model, inputs, [by_method(*m) for m in ZOO_METHODS], dtype=torch.float32):
         assert plan.method == "vanilla" or plan.recomputed(), f"{plan.method}: a plan should recompute something"
 
 
