@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+import numba
 import numpy as np
 
 from .chain import advance, opt0_table, segment_ops
@@ -47,46 +48,46 @@ def c_opt(lengths: Sequence[int]) -> int:
     return sum(n + 1 for n in lengths)
 
 
+@numba.njit(cache=True)
+def _join_kernel(dims: np.ndarray, strides: np.ndarray, uf: float, seg: np.ndarray,
+                 opt: np.ndarray, arg_m: np.ndarray, arg_j: np.ndarray) -> None:
+    """Fill ``opt[s, c]`` (flat sub-join index s, C order) in place; row 0 (ℓ' = 0) is preset.
+
+    Increasing s is lexicographic order, so every ℓ' − j·e_m (index s − j·stride_m) is final before ℓ'.
+    Ties go to the first branch, then the fewest steps.
+    """
+    k, cmax = len(dims), opt.shape[1] - 1
+    for s in range(1, opt.shape[0]):
+        for m in range(k):
+            for j in range(1, (s // strides[m]) % dims[m] + 1):
+                src = s - j * strides[m]
+                for c in range(k + 1, cmax + 1):  # the forward phase holds the k inputs and the moving value
+                    v = j * uf + opt[src, c - 1] + seg[j, c - k + 1]
+                    if v < opt[s, c]:
+                        opt[s, c], arg_m[s, c], arg_j[s, c] = v, m, j
+
+
 @functools.lru_cache(maxsize=16)
 def join_table(lengths: tuple[int, ...], cmax: int, costs: Costs = Costs()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Opt_join(ℓ', c) for every ℓ' ≤ ``lengths`` (componentwise) and 0 ≤ c ≤ cmax, with the minimising
     branch m and step count j (−1 and 0 where infeasible). Arrays are indexed ``[ℓ'_1, …, ℓ'_k, c]``.
 
-    Sub-joins are visited in lexicographic order, so every ℓ' − j·e_m is done before ℓ'; for each (ℓ', m)
-    one vectorised min runs over all j and c.
+    O(cmax·Π(ℓ_b + 1)·Σℓ_b) in a numba loop: (30, 30, 30) with 93 slots takes under a second.
     """
     k = len(lengths)
     shape = tuple(n + 1 for n in lengths)
-    opt = np.full(shape + (cmax + 1,), np.inf)
+    size = int(np.prod(shape))
+    opt = np.full((size, cmax + 1), np.inf)
     arg_m = np.full(opt.shape, -1, dtype=np.int64)
     arg_j = np.zeros(opt.shape, dtype=np.int64)
+    opt[0, k:] = costs.ut
     seg, _ = opt0_table(max(lengths, default=0), cmax, costs)
-    opt[(0,) * k + (slice(k, None),)] = costs.ut
-    lo = k + 1  # the forward phase needs the k inputs and the moving value
-    for idx in np.ndindex(*shape):
-        if not any(idx) or cmax < lo:
-            continue
-        best = np.full(cmax + 1 - lo, np.inf)
-        bm = np.full(best.shape, -1)
-        bj = np.zeros(best.shape, dtype=np.int64)
-        for m in range(k):
-            lm = idx[m]
-            if lm == 0:
-                continue
-            j = np.arange(1, lm + 1)
-            # rows j = 1..lm of Opt_join(ℓ' − j·e_m, ·), read along axis m backwards
-            sub = opt[idx[:m] + (slice(lm - 1, None, -1),) + idx[m + 1:]]
-            cand = j[:, None] * costs.uf + sub[:, lo - 1:cmax] + seg[j, lo - k + 1:cmax - k + 2]
-            pick = cand.argmin(axis=0)
-            val = cand[pick, np.arange(cand.shape[1])]
-            better = val < best
-            best[better], bm[better], bj[better] = val[better], m, j[pick][better]
-        opt[idx][lo:] = best
-        arg_m[idx][lo:] = np.where(np.isfinite(best), bm, -1)
-        arg_j[idx][lo:] = np.where(np.isfinite(best), bj, 0)
-    for a in (opt, arg_m, arg_j):
+    strides = np.array([int(np.prod(shape[b + 1:])) for b in range(k)], dtype=np.int64)
+    _join_kernel(np.array(shape, dtype=np.int64), strides, float(costs.uf), seg, opt, arg_m, arg_j)
+    out = tuple(a.reshape(shape + (cmax + 1,)) for a in (opt, arg_m, arg_j))
+    for a in out:
         a.setflags(write=False)
-    return opt, arg_m, arg_j
+    return out
 
 
 def makespans(lengths: Sequence[int], cmax: int, costs: Costs = Costs()) -> np.ndarray:

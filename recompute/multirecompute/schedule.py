@@ -264,10 +264,12 @@ def simulate(schedule: Schedule, profile: Profile | None = None, *, slots: int |
 
     if len(mem.slot) > bound:
         raise InvalidSchedule(-1, None, f"the {len(mem.slot)} inputs alone exceed {bound} slots")
+    def fail(why: str) -> InvalidSchedule:  # about the operation the loop is at
+        return InvalidSchedule(n, op, why)
+
     makespan, peak_slots, peak_bytes, table = 0.0, len(mem.slot), held(), []
     turned = False
     for n, op in enumerate(schedule.ops):
-        fail = lambda why: InvalidSchedule(n, op, why)  # noqa: E731
         b, i = op.branch, op.step
         if op.kind is OpKind.TURN:
             if turned:
