@@ -206,6 +206,57 @@ class Siamese(nn.Module):
         return self.head(torch.cat([self.left(a), self.right(b)], dim=1))
 
 
+def _blocks(n: int, cin: int, width: int, kernel: int = 3) -> nn.Sequential:
+    """``n`` conv+ReLU blocks (``kernel``×``kernel``, same padding), ``cin`` → ``width`` channels."""
+    return nn.Sequential(*[m for i in range(n)
+                           for m in (nn.Conv2d(cin if i == 0 else width, width, kernel, padding=kernel // 2), nn.ReLU())])
+
+
+class _Encoder(nn.Sequential):
+    """A join-graph branch: ``depth`` conv+ReLU blocks, global average pooling and a linear embedding."""
+
+    def __init__(self, depth: int, cin: int, width: int, embed: int, kernel: int = 3) -> None:
+        super().__init__(_blocks(depth, cin, width, kernel), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, embed))
+
+
+class TripletSiamese(nn.Module):
+    """Beaumont et al. (2020) §4's SNN: three branches of 2L conv blocks joined by a triplet loss
+    (Hoffer & Ailon 2015), so the join graph has branches (2L, 2L, 2L) and the model returns a scalar.
+
+    ``shared=True`` (a siamese network proper) runs one encoder on the anchor, positive and negative
+    images; parameters are not nodes of the graph, so the three branches stay independent chains."""
+
+    def __init__(self, L: int = 15, width: int = 64, in_channels: int = 3, embed: int = 128,
+                 margin: float = 1.0, shared: bool = True) -> None:
+        super().__init__()
+        make = lambda: _Encoder(2 * L, in_channels, width, embed)  # noqa: E731
+        first = make()
+        self.encoders = nn.ModuleList([first] * 3 if shared else [first, make(), make()])
+        self.margin = margin
+
+    def forward(self, anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
+        a, p, n = (enc(x) for enc, x in zip(self.encoders, (anchor, positive, negative)))
+        return nn.functional.triplet_margin_loss(a, p, n, margin=self.margin)
+
+
+class CrossModal(nn.Module):
+    """Beaumont et al. (2020) §4's CM embedding: a deep image branch of 5L 3×3 conv blocks and a shallow
+    second-modality branch of L position-wise (1×1) conv blocks, joined by an in-batch contrastive loss
+    (each image's match is the same-index sample: −mean log-softmax of the similarity diagonal)."""
+
+    def __init__(self, L: int = 15, width: int = 64, in_channels: int = 3, embed: int = 128,
+                 temperature: float = 0.1) -> None:
+        super().__init__()
+        self.image = _Encoder(5 * L, in_channels, width, embed)
+        self.text = _Encoder(L, in_channels, width, embed, kernel=1)
+        self.temperature = temperature
+
+    def forward(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        a = nn.functional.normalize(self.image(image), dim=1)
+        b = nn.functional.normalize(self.text(text), dim=1)
+        return -torch.log_softmax(a @ b.T / self.temperature, dim=1).diagonal().mean()
+
+
 class DropoutNet(nn.Module):
     """Conv-BN-ReLU-Dropout blocks and a dropout MLP head: recomputation must replay the same
     dropout masks (RNG state) and BatchNorm statistics to be exact."""
@@ -293,6 +344,13 @@ _SPECS: tuple[NetSpec, ...] = (
     NetSpec("siamese", Siamese, 4, _SQ(16), None,
             "join network: two branches (lengths 3 and 5) from two inputs, concat, head (test net)",
             "forward takes two inputs", num_inputs=2),
+    NetSpec("snn", TripletSiamese, 32, _SQ(64), None,
+            "Beaumont et al. SNN: 3 weight-shared branches of 2L=30 conv blocks (64 ch), triplet loss; scalar out",
+            "join graph (2L, 2L, 2L) at the paper's L = 15; build('snn', L=1, width=4) for tests", num_inputs=3),
+    NetSpec("cross_modal", CrossModal, 32, _SQ(64), None,
+            "Beaumont et al. CM: image branch of 5L=75 3×3 conv blocks, second branch of L=15 1×1 conv blocks, "
+            "contrastive loss; scalar out",
+            "join graph (L, 5L) at the paper's L = 15; build('cross_modal', L=1, width=4) for tests", num_inputs=2),
     NetSpec("dropout", DropoutNet, 4, _SQ(16), None,
             "conv/BatchNorm/Dropout net for RNG-exact recomputation (test net)"),
     NetSpec("resblock", ResBlockNet, 4, _SQ(16), None,

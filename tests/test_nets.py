@@ -18,6 +18,7 @@ from recompute import nets
 CSV = Path("/work/shared/reference/kusumoto2019_table1.csv")
 PAPER_SIZE = {"unet": 572, "pspnet": 713}  # §5: 224×224 for every other network
 SMALL = ("chain", "skip", "siamese", "dropout", "resblock")
+JOIN = ("snn", "cross_modal")  # Beaumont et al.'s join networks, tested in test_join_nets.py
 
 # name -> (batch, size) small enough for 2 CPU cores; the big nets at batch 1.
 TINY = {n: (1, 64) for n in nets.names(paper_only=True)} | {n: (2, 16) for n in SMALL}
@@ -58,7 +59,7 @@ def _expected_shape(name: str, batch: int, size: int) -> tuple[int, ...]:
 def test_registry_lists_paper_and_test_nets() -> None:
     assert nets.names() == list(nets.NETS)
     assert set(nets.names(paper_only=True)) == set(PAPER)
-    assert set(nets.names()) == set(PAPER) | set(SMALL)
+    assert set(nets.names()) == set(PAPER) | set(SMALL) | set(JOIN)
     for name, s in nets.NETS.items():
         assert s.name == name and s.description and s.batch_size > 0
 
