@@ -6,7 +6,8 @@
 #   3. Figure 4 timings: real forward+backward runs on the CPU at a reduced input size over a batch grid
 #      (one job at a time, so that timings do not share the cores);
 #   4. notebooks/paper_figures.py executed headless -> paper_figures/{table1,max_batch}.{md,csv},
-#      figure4.{png,pdf}, and notebooks/paper_figures.ipynb (generated, not committed).
+#      figure4.{png,pdf}, and notebooks/paper_figures.ipynb (generated, not committed);
+#   5. Feng & Huang (2018) Table 1 (Re-forwarding, fake backend) -> paper_figures/feng2018_table1.{md,csv}.
 # Every run is a record in results/; a rerun skips what is stored, so after a change to the memory model
 # clear results/ (or point RESULTS elsewhere) and run this again.
 #   bash scripts/paper_figures.sh                       # everything
@@ -15,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-STAGES=${STAGES:-"table1 max_batch figure4 notebook"}
+STAGES=${STAGES:-"table1 max_batch figure4 notebook feng"}
 DEVICE_GB=${DEVICE_GB:-11.4}
 LOGGER=${LOGGER:-none}            # wandb: also log every run to W&B (offline unless configured)
 RESULTS=${RESULTS:-results}
@@ -56,4 +57,8 @@ fi
 if stage notebook; then
   echo "== notebooks/paper_figures.py -> paper_figures/"
   clock "$PY" -c 'from experiments.figures import execute_notebook as run; run("notebooks/paper_figures.py", "notebooks/paper_figures.ipynb")'
+fi
+if stage feng; then
+  echo "== Feng & Huang (2018) Table 1 -> paper_figures/feng2018_table1.{md,csv}"
+  clock "$PY" -m experiments.feng_table1 --write
 fi

@@ -211,3 +211,13 @@ def test_plans_execute_exactly(net: str) -> None:
 def test_random_dag_models_execute_exactly(seed: int) -> None:
     check_plan(RandomDAGNet(seed), (torch.randn(2, 4, 6, 6),), by("reforward"), seed=seed)
 
+
+def test_tensor_graph_merges_in_place_ops_and_lifts_plans() -> None:
+    from experiments.feng_table1 import lift, tensor_graph
+
+    model, inputs = nets.build("resblock")  # in-place ReLUs, one after every BatchNorm and every residual add
+    graph = recompute.trace(model, inputs)
+    tg, members = tensor_graph(graph)
+    relus = [v for v in range(graph.n) if "relu" in graph.ops[v]]
+    assert tg.n == graph.n - len(relus) and sorted(v for m in members for v in m) == list(range(graph.n))
+    check_plan(model, inputs, lambda g: lift(g, recompute.plan(tensor_graph(g)[0], "reforward"), tensor_graph(g)[1]))
