@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import recompute
 from recompute.graph import Graph
 
-__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "build", "table_row", "run", "markdown"]
+__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown"]
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).resolve().parent / "reference" / "feng2018_table1.csv"
@@ -136,7 +136,8 @@ VARIANTS: dict[str, tuple[str, Callable[[nn.Module], nn.Module]]] = {
 
 
 def build(name: str) -> nn.Module:
-    """The torchvision network of row ``name`` (random weights, train mode)."""
+    """The torchvision network of row ``name`` (random weights, train mode). Inception v3 is built
+    without its auxiliary classifier, whose second output the paper's single-target graph lacks."""
     import torchvision.models as tvm
 
     base, patch = VARIANTS.get(name, (name, lambda m: m))
