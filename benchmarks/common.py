@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,3 +36,14 @@ def write_section(path: Path, marker: str, text: str) -> None:
     else:
         new = old + ("\n" if old else "") + block + "\n"
     path.write_text(new)
+
+
+def net_method_args(doc: str, methods: Sequence[str]) -> argparse.Namespace:
+    """The command line of a per-network × method benchmark: ``--nets``, ``--methods``, ``--write``."""
+    from recompute import nets
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
+    parser.add_argument("--methods", nargs="+", default=list(methods), choices=list(methods))
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    return parser.parse_args()

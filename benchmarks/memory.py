@@ -11,14 +11,12 @@ liveness model for the ``+live`` rows), their ratio, the reduction vs vanilla, a
 
 from __future__ import annotations
 
-import argparse
-
 from tqdm import tqdm
 
 import recompute
 from recompute import nets
 
-from .common import REPO, markdown_table, paper_table1, write_section
+from .common import REPO, markdown_table, net_method_args, paper_table1, write_section
 
 # label → (method, strategy, memory model): the DPs with the paper's eq. (2) and with the liveness model
 METHODS = {
@@ -77,11 +75,7 @@ HEADERS = ["network", "method", "measured GiB (fake)", "predicted GiB", "predict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args()
+    args = net_method_args(__doc__, list(METHODS))
     table = markdown_table(HEADERS, run(args.nets, args.methods))
     print(table)
     if args.write:

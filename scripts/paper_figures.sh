@@ -8,6 +8,7 @@
 #   4. notebooks/paper_figures.py executed headless -> paper_figures/{table1,max_batch}.{md,csv},
 #      figure4.{png,pdf}, and notebooks/paper_figures.ipynb (generated, not committed);
 #   5. Beaumont et al. (2020) Fig. 7 and Fig. 9 by simulation (join DP, ~10 s) -> paper_figures/beaumont_fig{7,9}.{png,csv}.
+#   6. Feng & Huang (2018) Table 1 (Re-forwarding, fake backend) -> paper_figures/feng2018_table1.{md,csv}.
 # Every run is a record in results/; a rerun skips what is stored, so after a change to the memory model
 # clear results/ (or point RESULTS elsewhere) and run this again.
 #   bash scripts/paper_figures.sh                       # everything
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-STAGES=${STAGES:-"table1 max_batch figure4 notebook beaumont"}
+STAGES=${STAGES:-"table1 max_batch figure4 notebook beaumont feng"}
 DEVICE_GB=${DEVICE_GB:-11.4}
 LOGGER=${LOGGER:-none}            # wandb: also log every run to W&B (offline unless configured)
 RESULTS=${RESULTS:-results}
@@ -61,4 +62,8 @@ fi
 if stage beaumont; then
   echo "== Beaumont et al. (2020) Fig. 7 and Fig. 9 by simulation -> paper_figures/"
   clock "$PY" -m experiments.beaumont_figures --write
+fi
+if stage feng; then
+  echo "== Feng & Huang (2018) Table 1 -> paper_figures/feng2018_table1.{md,csv}"
+  clock "$PY" -m experiments.feng_table1 --write
 fi

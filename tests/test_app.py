@@ -50,7 +50,7 @@ def test_config_groups_cover_the_zoo_and_the_methods():
     assert set(NETS) == set(nets.names())
     assert set(PAPER_NETS) <= set(NETS)
     assert set(METHODS) == {"vanilla", "chen", "chen_greedy", "exhaustive",
-                            "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc"}
+                            "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc", "reforward", "reforward_linear"}
 
 
 @pytest.mark.parametrize("net", NETS)
