@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from . import lowerset
 from .graph import Graph
+from .validate import check_budget, check_graph, check_method
 
 __all__ = ["Plan", "InfeasibleBudget", "register", "plan", "methods", "STRATEGIES"]
 
@@ -135,6 +136,9 @@ def plan(
     with ``budget=None`` they use the smallest budget for which a strategy exists. Raises
     :class:`InfeasibleBudget` (with the smallest feasible budget) when ``budget`` is too small.
     """
+    check_graph(graph)
+    check_budget(budget)
+    check_method(method, strategy, options)
     names = methods()
     if method not in _REGISTRY:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(names)}")

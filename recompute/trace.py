@@ -32,6 +32,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from . import costs
 from .fxnodes import output_tensors, run_node
 from .graph import Graph
+from .validate import check_cost_model, check_inputs, check_model
 
 __all__ = ["trace", "TraceError", "Program"]
 
@@ -129,6 +130,9 @@ def trace(
     paper-scale graph costs no activation memory. The graph keeps the executable program in
     ``graph.program`` for :func:`recompute.execute`.
     """
+    check_model(model)
+    check_inputs(example_inputs)
+    check_cost_model(cost_model)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     start = _time.perf_counter()
     program = _condense(_export(model, args), model)
