@@ -153,8 +153,13 @@ class AppConfig:
 
 
 def register_configs() -> None:
-    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list)."""
-    ConfigStore.instance().store(name="app_schema", node=AppConfig)
+    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list) and one
+    ``net`` group option per network of :mod:`recompute.nets`, with its default batch and input size:
+    the registry is the only list of networks and their sizes (no YAML copy to drift from it)."""
+    store = ConfigStore.instance()
+    store.store(name="app_schema", node=AppConfig)
+    for name, spec in nets.NETS.items():
+        store.store(group="net", name=name, node=NetConfig(NetName(name), spec.batch_size, spec.input_size[0]))
 
 
 register_configs()
