@@ -119,10 +119,12 @@ class RunRecord:
     # ------------------------------------------------------------------ filled by the runner
 
     def set_graph(self, graph: recompute.Graph) -> None:
+        """#V, #E, T(V) and the trace time of the traced graph."""
         self.num_nodes, self.num_edges, self.total_cost = graph.n, graph.num_edges, int(graph.total_time())
         self.trace_seconds = graph.program.trace_seconds if graph.program is not None else None
 
     def set_vanilla(self, vanilla: recompute.Measurement, cap: int | None) -> None:
+        """The baseline's peak and parameters; over ``cap`` bytes it would not have fitted the device."""
         self.vanilla_peak_bytes, self.param_bytes = vanilla.total_peak_bytes, vanilla.param_bytes
         self.vanilla_status = Status.oom if cap is not None and vanilla.total_peak_bytes > cap else Status.ok
 
@@ -131,12 +133,14 @@ class RunRecord:
         self.vanilla_status, self.vanilla_error, self.param_bytes = Status.oom, _first_line(error), param_bytes
 
     def set_plan(self, plan: recompute.Plan) -> None:
+        """The planner's prediction (peak with parameters, overhead as a fraction of T(V)) and solve time."""
         self.k, self.min_budget, self.solve_seconds = plan.k, plan.info.get("min_budget"), plan.solve_seconds
         self.predicted_peak_bytes, self.predicted_overhead = int(plan.peak), int(plan.overhead)
         self.predicted_total_bytes = int(plan.peak) + (self.param_bytes or 0)
         self.overhead_fraction = plan.overhead / self.total_cost if self.total_cost else None
 
     def set_method(self, method: recompute.Measurement, vanilla: recompute.Measurement | None, cap: int | None) -> None:
+        """The method's measured peak, its reduction against vanilla, and ``oom`` above ``cap`` bytes."""
         self.measured_peak_bytes, self.measured_activation_bytes = method.total_peak_bytes, method.peak_bytes
         if vanilla is not None:
             self.reduction = 1 - method.total_peak_bytes / vanilla.total_peak_bytes
@@ -144,12 +148,13 @@ class RunRecord:
             self.end(Status.oom, f"measured {method.total_peak_bytes} B > device_memory_gb cap {cap} B")
 
     def set_timing(self, vanilla: recompute.Measurement, method: recompute.Measurement) -> None:
+        """Seconds per iteration of both, and the method's overhead over vanilla."""
         self.vanilla_seconds_per_iter, self.seconds_per_iter = vanilla.seconds, method.seconds
         if vanilla.seconds and method.seconds is not None:
             self.time_overhead = method.seconds / vanilla.seconds - 1
 
     def end(self, status: Status, error: BaseException | str | None = None) -> None:
-        """Record how the run ended; an exception is kept as its first line (the full one is logged)."""
+        """Record how the run ended; an exception is kept as its first line."""
         self.status = status
         self.error = error if error is None or isinstance(error, str) else _first_line(error)
 
