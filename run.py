@@ -1,16 +1,24 @@
 """Entry point: ``python run.py net=pspnet method=approxdp_mc`` (one run) or ``python run.py -m ...``.
 
-The configs are under ``conf/``; the work is done by ``experiments.runner``.
+The configs are under ``conf/``; the work is done by ``experiments.runner``. Exit status: 0 when every
+job ended with an outcome (ok, oom, infeasible, ...); 1 for a config mistake (reported before any
+work) or a run that failed with ``status=error`` (its record is stored all the same).
 """
 
 from __future__ import annotations
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import config, runner
+from experiments.record import Status
+
+
+class RunFailed(CompactHydraException):
+    """A run ended with ``status=error``: a failure of the code, stored, and reported by the exit status."""
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -25,7 +33,9 @@ def main(cfg: DictConfig) -> None:
         group=hc.sweep.dir if multirun else None,  # every job of one sweep shares a W&B group
         wandb_config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
     )
-    print(runner.summary(record) if ran else f"skipped {job}: record {record['key']} exists (status={record['status']})")
+    print(runner.summary(record) if ran else f"skipped {job}: record {record.key} exists (status={record.status})")
+    if record.status == Status.error:
+        raise RunFailed(f"{job} failed with status=error (record {record.key} stored): {record.error}")
 
 
 if __name__ == "__main__":

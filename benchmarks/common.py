@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 from typing import Any, Sequence
 
+from experiments.figures import paper_table1_wide
+
 REPO = Path(__file__).resolve().parents[1]
-PAPER_TABLE1 = REPO.parent / "shared" / "reference" / "kusumoto2019_table1.csv"
 
 
 def paper_table1() -> dict[str, dict[str, float]]:
-    """Kusumoto et al. Table 1 by network (GB values, batch and #V), empty when the file is absent."""
-    if not PAPER_TABLE1.exists():
-        return {}
-    with PAPER_TABLE1.open() as f:
-        return {row["network"]: {k: float(v) for k, v in row.items() if k != "network"} for row in csv.DictReader(f)}
+    """Kusumoto et al. Table 1 by network: GB per method, batch and #V (``experiments/reference``)."""
+    return paper_table1_wide().astype(float).to_dict("index")
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -3,7 +3,9 @@
 The YAML files under ``conf/`` are merged into these dataclasses, so OmegaConf checks every value's
 type while Hydra composes: an unknown key fails with ``Key '...' is not in struct`` and a value
 outside a closed set (a net, a planner, a device, ...) with ``Invalid value '...', expected one of
-[...]`` and its ``full_key``. :func:`to_experiment` adds the range checks types cannot express.
+[...]`` and its ``full_key``. :func:`to_experiment` adds what types cannot express (ranges, a CUDA
+device that exists, planner options the planner takes, a writable results store) and raises one
+:class:`ConfigError` that lists every such mistake, before any work.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from typing import Any, Optional
 
 import torch
 from hydra.core.config_store import ConfigStore
+from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 import recompute
 from recompute import nets
+from recompute.validate import check_method
+
+from .results import StoreError, check_writable
 
 __all__ = [
     "Device", "TimeBackend", "CostModel", "MemoryModel", "Strategy", "WandbMode", "NetName", "Planner",
     "NetConfig", "MethodConfig", "LoggerConfig", "TimingConfig", "AppConfig",
-    "register_configs", "to_experiment", "experiment_dict", "experiment_key", "GIB",
+    "register_configs", "to_experiment", "plan_options", "ConfigError", "experiment_dict", "experiment_key", "GIB",
 ]
 
 GIB = 2**30  # budget_gb and device_memory_gb are in GiB
@@ -145,30 +151,85 @@ class AppConfig:
     results_dir: str = "${hydra:runtime.cwd}/results"
     skip_existing: bool = True
 
-    def __post_init__(self) -> None:
-        positive = {
-            "batch_size": self.batch_size, "input_size": self.input_size, "iterations": self.iterations,
-            "timing.batch_size": self.timing.batch_size, "timing.input_size": self.timing.input_size,
-            "budget_gb": self.budget_gb, "device_memory_gb": self.device_memory_gb,
-        }
-        for key, value in positive.items():
-            if value is not None and value <= 0:
-                raise ValueError(f"{key} must be positive, got {value!r}")
-        if self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
-
 
 def register_configs() -> None:
-    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list)."""
-    ConfigStore.instance().store(name="app_schema", node=AppConfig)
+    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list) and one
+    ``net`` group option per network of :mod:`recompute.nets`, with its default batch and input size:
+    the registry is the only list of networks and their sizes (no YAML copy to drift from it)."""
+    store = ConfigStore.instance()
+    store.store(name="app_schema", node=AppConfig)
+    for name, spec in nets.NETS.items():
+        store.store(group="net", name=name, node=NetConfig(NetName(name), spec.batch_size, spec.input_size[0]))
 
 
 register_configs()
 
 
+class ConfigError(CompactHydraException, ValueError):
+    """A config the app cannot run; the message lists every bad key with its value and what is allowed.
+
+    A ``CompactHydraException``, so that Hydra prints the message alone (no stack trace) and exits 1.
+    """
+
+
 def to_experiment(cfg: DictConfig) -> AppConfig:
-    """The composed config as a validated :class:`AppConfig` (resolves interpolations)."""
-    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    """The composed config as a checked :class:`AppConfig` (resolves interpolations); :class:`ConfigError`
+    otherwise, before anything is built, traced or measured."""
+    exp: AppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    problems = [*_range_problems(exp), *_device_problems(exp), *_method_problems(exp), *_store_problems(exp)]
+    if problems:
+        raise ConfigError("invalid config, nothing was run:\n" + "\n".join(f"  {p}" for p in problems))
+    return exp
+
+
+def _range_problems(exp: AppConfig) -> list[str]:
+    """Numbers outside the range their type allows (sizes and counts positive, warmup at least 0)."""
+    positive = {
+        "net.batch_size": exp.net.batch_size, "net.input_size": exp.net.input_size,
+        "batch_size": exp.batch_size, "input_size": exp.input_size, "iterations": exp.iterations,
+        "timing.batch_size": exp.timing.batch_size, "timing.input_size": exp.timing.input_size,
+        "budget_gb": exp.budget_gb, "device_memory_gb": exp.device_memory_gb,
+    }
+    problems = [f"{key}={value}: must be positive" for key, value in positive.items() if value is not None and value <= 0]
+    if exp.warmup < 0:
+        problems.append(f"warmup={exp.warmup}: must be 0 or more")
+    return problems
+
+
+def _device_problems(exp: AppConfig) -> list[str]:
+    """``cuda`` asked for on a machine without one (``auto`` would pick what exists)."""
+    if torch.cuda.is_available():
+        return []
+    asked = {"device": (exp.device, [d.value for d in Device if d != Device.cuda]),
+             "timing.backend": (exp.timing.backend, [b.value for b in TimeBackend if b != TimeBackend.cuda])}
+    return [f"{key}=cuda: no CUDA device here (torch.cuda.is_available() is False); allowed here: {', '.join(allowed)}"
+            for key, (value, allowed) in asked.items() if value.value == "cuda"]
+
+
+def plan_options(exp: AppConfig) -> dict[str, Any]:
+    """The keyword options ``recompute.plan`` gets: ``method.options`` plus the DP planners' memory model."""
+    options = dict(exp.method.options)
+    if exp.method.planner.value in MEMORY_MODEL_PLANNERS:
+        options.setdefault("memory_model", exp.memory_model.value)
+    return options
+
+
+def _method_problems(exp: AppConfig) -> list[str]:
+    """Planner options the planner does not take, or of the wrong type (``+method.options.<name>=...``)."""
+    try:
+        check_method(exp.method.planner.value, None, plan_options(exp))
+    except (TypeError, ValueError) as e:
+        return [f"method.options ({exp.method.name}): {e}"]
+    return []
+
+
+def _store_problems(exp: AppConfig) -> list[str]:
+    """A results store that cannot take the record: found now, not after the run."""
+    try:
+        check_writable(exp.results_dir)
+    except StoreError as e:
+        return [str(e)]
+    return []
 
 
 def memory_backend(device: Device) -> str:

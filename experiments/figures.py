@@ -26,12 +26,11 @@ from .config import GIB
 from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
 
 __all__ = [
-    "NETS", "TABLE1_METHODS", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV",
-    "paper_table1", "paper_scale", "table1", "table1_markdown", "max_batch_table", "max_batch_markdown",
+    "TABLE1_METHODS", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
+    "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "max_batch_table", "max_batch_markdown",
     "figure4_records", "figure4", "execute_notebook", "retention", "frame_markdown",
 ]
 
-NETS = ["pspnet", "unet", "resnet50", "resnet152", "vgg19", "densenet161", "googlenet"]  # the paper's row order
 TABLE1_METHODS = ["approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc", "chen", "vanilla"]  # its column order
 FIGURE4_METHODS = ["vanilla", "chen", "approxdp_tc", "approxdp_mc"]
 METHOD_LABELS = {
@@ -40,13 +39,33 @@ METHOD_LABELS = {
 }
 # Figure 4's colours: vanilla blue, ApproxDP+TC red, ApproxDP+MC orange, Chen green
 COLORS = {"vanilla": "tab:blue", "approxdp_tc": "tab:red", "approxdp_mc": "tab:orange", "chen": "tab:green"}
-PAPER_TABLE1_CSV = Path(__file__).resolve().parents[1] / "paper_figures" / "kusumoto2019_table1.csv"
+PAPER_TABLE1_CSV = Path(__file__).resolve().parent / "reference" / "kusumoto2019_table1.csv"  # see its README
+
+
+class NoRecords(LookupError):
+    """The results store holds no record: there is nothing to draw, and nothing is written."""
+
+
+def require_records(df: pd.DataFrame, where: str) -> None:
+    """Stop with a message that says what to run when ``df`` (the store ``where``) is empty."""
+    if df.empty:
+        raise NoRecords(
+            f"no run records in {where}: nothing to draw, so no artefact was written or changed. Fill the store "
+            "first (bash scripts/paper_figures.sh, or python run.py ... results_dir=<store>), or point "
+            "PAPER_FIGURES_RESULTS at the store that holds them."
+        )
+
+
+def paper_table1_wide(path: str | Path = PAPER_TABLE1_CSV) -> pd.DataFrame:
+    """The paper's Table 1 as typed in, one row per network (the index): ``batch``, ``num_nodes`` and
+    ``<method>_gb`` per method."""
+    return pd.read_csv(path, index_col="network")
 
 
 def paper_table1(path: str | Path = PAPER_TABLE1_CSV) -> pd.DataFrame:
     """The paper's Table 1 in long form: network, method, paper_batch, paper_num_nodes, paper_peak_gb,
     paper_reduction (a fraction, recomputed from the GB columns as the paper's percentages were)."""
-    wide = pd.read_csv(path)
+    wide = paper_table1_wide(path).reset_index()
     rows = []
     for r in wide.itertuples(index=False):
         for m in TABLE1_METHODS:
@@ -56,14 +75,9 @@ def paper_table1(path: str | Path = PAPER_TABLE1_CSV) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _col(df: pd.DataFrame, name: str) -> pd.Series:
-    """A column that may be missing from a sparse store (e.g. W&B summaries), as all-None."""
-    return df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)
-
-
 def _planned_with(df: pd.DataFrame, memory_model: str) -> pd.Series:
     """Rows planned with ``memory_model``; planners without one (vanilla, chen) record None and always match."""
-    mm = _col(df, "memory_model")
+    mm = df["memory_model"]
     return mm.isna() | (mm == memory_model)
 
 
@@ -79,7 +93,7 @@ def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), me
     size = df["net"].map(lambda n: nets.spec(n).input_size[0] if n in nets.NETS else None)
     keep = (
         df["memory_backend"].isin(list(backends)) & (df["input_size"] == size) & (df["cost_model"] == "paper")
-        & _col(df, "budget").isna() & _col(df, "device_memory_bytes").isna() & (df["seed"] == 0)
+        & df["budget"].isna() & df["device_memory_bytes"].isna() & (df["seed"] == 0)
         & _planned_with(df, memory_model)
     )
     return df[keep]
@@ -114,7 +128,7 @@ def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake", memory_
     order = ["network", "method", "batch_size", "status", "peak_gb", "reduction", "paper_peak_gb", "paper_reduction",
              "diff_points", "num_nodes", "paper_num_nodes", "solve_seconds", "predicted_peak_gb",
              "predicted_over_measured", "backend", "memory_model"]
-    t["network"] = pd.Categorical(t["network"], NETS)
+    t["network"] = pd.Categorical(t["network"], nets.names(paper_only=True))
     t["method"] = pd.Categorical(t["method"], TABLE1_METHODS)
     return t.sort_values(["network", "method"])[order].astype({"network": str, "method": str}).reset_index(drop=True)
 
@@ -154,7 +168,7 @@ def max_batch_table(df: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
         return pd.DataFrame(columns=["network", "method", "device_memory_gb", "max_batch", "paper_batch", "peak_gb", "probes", "proven"])
     mb = max_batch_from_records(ours, device_memory_gb).rename(columns={"net": "network"})
     mb["paper_batch"] = mb["network"].map(lambda n: nets.spec(n).batch_size)
-    mb["network"] = pd.Categorical(mb["network"], NETS)
+    mb["network"] = pd.Categorical(mb["network"], nets.names(paper_only=True))
     mb["method"] = pd.Categorical(mb["method"], list(methods))
     cols = ["network", "method", "device_memory_gb", "max_batch", "paper_batch", "peak_gb", "probes", "proven"]
     return mb.sort_values(["network", "method"])[cols].astype({"network": str, "method": str}).reset_index(drop=True)
@@ -182,8 +196,8 @@ def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = 
     sizes, the most-timed size is kept. Columns: net, method, batch_size, time_input_size, seconds,
     vanilla_seconds."""
     cols = ["net", "method", "batch_size", "time_input_size", "seconds", "vanilla_seconds"]
-    if df.empty or not {"time_backend", "seconds_per_iter", "vanilla_seconds_per_iter"} <= set(df.columns):
-        return pd.DataFrame(columns=cols)  # no run of the store was timed
+    if df.empty:
+        return pd.DataFrame(columns=cols)
     t = df[(df["time_backend"] == backend) & (df["status"] == "ok") & df["seconds_per_iter"].notna()
            & _planned_with(df, memory_model)]
     t = t[t["time_batch_size"] == t["batch_size"]]  # batch on the x axis must be the timed batch
@@ -221,7 +235,7 @@ def figure4(timings: pd.DataFrame, max_batch: pd.DataFrame, device_memory_gb: fl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    present = [n for n in NETS if n in set(timings["net"])]
+    present = [n for n in nets.names(paper_only=True) if n in set(timings["net"])]
     ncols = min(4, max(1, len(present)))
     nrows = max(1, -(-len(present) // ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows + 0.9), squeeze=False)

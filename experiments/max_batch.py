@@ -30,6 +30,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from .config import GIB
+from .record import RunRecord, Status
 
 __all__ = ["SearchResult", "search", "probe", "search_net_method", "max_batch_from_records", "PAPER_DEVICE_GB"]
 
@@ -107,7 +108,7 @@ def _compose(overrides: list[str]) -> Any:
         return to_experiment(compose("config", overrides=overrides))
 
 
-def probe(net: str, method: str, batch: int, results_dir: str | Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def probe(net: str, method: str, batch: int, results_dir: str | Path, extra: tuple[str, ...] = ()) -> RunRecord:
     """The record of ``net × method`` at ``batch`` on ``fake`` (run unless stored). Never raises."""
     from . import runner
 
@@ -128,7 +129,7 @@ def search_net_method(
 
     def peak(b: int) -> int | None:
         rec = probe(net, method, b, results_dir, extra)
-        return rec.get("measured_peak_bytes") if rec["status"] == "ok" else None
+        return rec.measured_peak_bytes if rec.status == Status.ok else None
 
     res = search(peak, int(device_memory_gb * GIB), nets.spec(net).batch_size)
     log.info("%s × %s: max batch %s under %.1f GiB (probes %s)", net, method, res.max_batch, device_memory_gb, res.probes)

@@ -3,62 +3,99 @@
     df = results.load()                                   # every record under results/
     df = results.load(source="wandb", project="recompute", entity="me")   # from the W&B API
     python -m experiments.results results/ --max-batch    # a quick table on the command line
+
+A file of the store that is not a readable record (truncated, empty, stray) never stops a load: it is
+skipped with a :class:`~experiments.record.RecordWarning` naming it, and a sweep that reaches its
+config moves it aside (:func:`set_aside`) and runs that config again.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import datetime as _dt
+import functools
+import sys
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Callable, Iterable, Literal
 
 import pandas as pd
 
-__all__ = ["record_path", "save", "find", "load", "max_batch"]
+from . import record
+from .record import FIELDS, NUMERIC_FIELDS, RecordError, RecordWarning, RunRecord
+
+__all__ = ["record_path", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
+
+
+class StoreError(OSError):
+    """The results store cannot be used (e.g. ``results_dir`` is not writable); says what to do."""
 
 
 def record_path(results_dir: str | Path, key: str) -> Path:
     return Path(results_dir) / f"{key}.json"
 
 
-def save(record: dict[str, Any], results_dir: str | Path) -> Path:
-    """Write ``record`` as ``<key>.json`` atomically: a killed job never leaves half a record that a
-    restarted sweep would take for a finished one."""
-    path = record_path(results_dir, record["key"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+def save(rec: RunRecord, results_dir: str | Path) -> Path:
+    """Write ``rec`` as ``<key>.json`` atomically."""
+    return record.write(rec, record_path(results_dir, rec.key))
+
+
+def find(results_dir: str | Path, key: str) -> RunRecord | None:
+    """The stored record of ``key``, or None; :class:`RecordError` when its file is not a record."""
+    path = record_path(results_dir, key)
+    return record.read(path) if path.exists() else None
+
+
+def set_aside(results_dir: str | Path, key: str) -> Path:
+    """Rename the unreadable file of ``key`` out of the store (kept, not deleted) so its config can run again."""
+    path = record_path(results_dir, key)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    aside = path.with_name(f"{path.name}.unreadable-{stamp}")  # no longer *.json: not in the store
+    path.rename(aside)
+    return aside
+
+
+def check_writable(results_dir: str | Path) -> Path:
+    """Create ``results_dir`` if needed and prove a record can be written there, before any run."""
+    path = Path(results_dir)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise StoreError(f"results_dir={results_dir} is not writable ({type(e).__name__}: {e.strerror or e}); "
+                         "fix its permissions or choose another, e.g. results_dir=$PWD/results") from e
     return path
 
 
-def find(results_dir: str | Path, key: str) -> dict[str, Any] | None:
-    """The stored record of ``key``, or None."""
-    path = record_path(results_dir, key)
-    return json.loads(path.read_text()) if path.exists() else None
+def _skip_unreadable(loaders: Iterable[Callable[[], RunRecord]]) -> list[RunRecord]:
+    """The records that parse; every other one is skipped with a warning naming its file or run."""
+    out = []
+    for load_one in loaders:
+        try:
+            out.append(load_one())
+        except RecordError as e:
+            warnings.warn(f"skipped {e}. A sweep that reaches this config runs it again.", RecordWarning, stacklevel=3)
+    return out
 
 
-def _local(results_dir: str | Path) -> list[dict[str, Any]]:
-    # temp files start with a dot, so the glob skips them
-    return [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))]
+def _local(results_dir: str | Path) -> list[RunRecord]:
+    # temp files of unfinished writes start with a dot and end in .tmp: the glob skips them
+    return _skip_unreadable(functools.partial(record.read, p) for p in sorted(Path(results_dir).glob("*.json")))
 
 
-def _wandb(project: str, entity: str | None, group: str | None) -> list[dict[str, Any]]:
+def _wandb(project: str, entity: str | None, group: str | None) -> list[RunRecord]:
     import wandb
 
     path = f"{entity}/{project}" if entity else project
     filters = {"group": group} if group else {}
-    # the record is the run's summary (see experiments.tracking); keep only its own keys
-    return [{k: v for k, v in run.summary.items() if not k.startswith("_")} for run in wandb.Api().runs(path, filters=filters)]
+    # the record is the run's summary (see experiments.runner.run); W&B's own keys start with "_"
+    return _skip_unreadable(
+        functools.partial(RunRecord.from_dict, {k: v for k, v in r.summary.items() if not k.startswith("_")},
+                          f"W&B run {'/'.join(r.path)}")
+        for r in wandb.Api().runs(path, filters=filters)
+    )
 
 
 def load(
@@ -69,14 +106,16 @@ def load(
     entity: str | None = None,
     group: str | None = None,
 ) -> pd.DataFrame:
-    """All records as one DataFrame, one row per run (the nested ``config`` column stays a dict).
+    """All records as one DataFrame, one row per run and one column per :class:`RunRecord` field
+    (the nested ``config`` column stays a dict); an empty store gives no rows but every column.
 
     ``source="wandb"`` reads run summaries of ``entity/project`` (optionally one ``group``) through
     the W&B API instead of the local store; it needs network access and a login.
     """
     records = _local(results_dir) if source == "local" else _wandb(project, entity, group)
-    df = pd.DataFrame.from_records(records)
-    if group is not None and source == "local" and not df.empty:
+    df = pd.DataFrame([r.to_dict() for r in records], columns=list(FIELDS))
+    df = df.astype({name: float for name in NUMERIC_FIELDS if df[name].isna().all()})
+    if group is not None and source == "local":
         df = df[df["group"] == group]
     return df
 
@@ -93,9 +132,11 @@ def _main() -> None:
     parser.add_argument("--group", default=None, help="only records of this W&B group (e.g. table1)")
     parser.add_argument("--max-batch", action="store_true", help="largest ok batch per net and method")
     args = parser.parse_args()
+    if not Path(args.results_dir).is_dir():
+        sys.exit(f"no results store at {args.results_dir}: run an experiment first (python run.py ...)")
     df = load(args.results_dir, group=args.group)
     if df.empty:
-        print(f"no records under {args.results_dir}")
+        print(f"no records under {args.results_dir}" + (f" in group {args.group}" if args.group else ""))
         return
     if args.max_batch:
         print(max_batch(df).to_string())

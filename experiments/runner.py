@@ -3,8 +3,9 @@
 Memory is measured on ``memory_backend(device)`` at the configured (batch, size); time on
 ``time_backend(...)``, reusing the memory measurements when both are the same real backend at the
 same size, else with its own trace and plan at ``timing.batch_size``/``timing.input_size``.
-Outcomes other than success (OOM, infeasible budget, too many lower sets, any other error) are
-recorded with a ``status`` instead of raised, so a sweep goes on.
+Outcomes other than success (out of memory on any device, infeasible budget, a graph too large for the
+planner, any other error) are recorded with a :class:`~experiments.record.Status` instead of raised,
+so a sweep goes on; the record is an :class:`~experiments.record.RunRecord`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import logging
+import multiprocessing
+import os
 import platform
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,18 +26,46 @@ import torch
 
 import recompute
 from recompute import nets
+from recompute.measure import default_loss
 from recompute.planners.dp import TooManyLowerSets
+from recompute.planners.exhaustive import GraphTooLarge
 
 from . import results
-from .config import GIB, MEMORY_MODEL_PLANNERS, AppConfig, experiment_dict, experiment_key, memory_backend, time_backend
+from .config import (GIB, MEMORY_MODEL_PLANNERS, AppConfig, experiment_dict, experiment_key, memory_backend,
+                     plan_options, time_backend)
+from .record import RecordError, RunRecord, Status
 from .tracking import wandb_run
 
-__all__ = ["measure_experiment", "run", "summary", "STATUSES"]
+__all__ = ["measure_experiment", "new_record", "run", "summary", "is_oom", "exit_with_parent"]
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("ok", "oom", "infeasible", "too_many_lower_sets", "error")
 _REPO = Path(__file__).resolve().parents[1]
+_parent_watch: threading.Thread | None = None
+
+
+def exit_with_parent(poll_seconds: float = 0.5) -> None:
+    """In a worker process (joblib/loky launcher, a process pool), exit as soon as the process that
+    started it dies.
+
+    Loky workers outlive a ``kill -9`` of the sweep and go on running the configs already queued to
+    them, writing records nobody waits for; a daemon thread that sees the worker re-parented (its
+    parent pid changes) ends it at once. A record being written then is lost whole, never half (the
+    store writes atomically). Jobs of the basic launcher run in the sweep's own process: no-op there.
+    """
+    global _parent_watch
+    parent = multiprocessing.parent_process()
+    if parent is None or _parent_watch is not None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent.pid:
+            time.sleep(poll_seconds)
+        log.error("the sweep process %s is gone: worker %s exits without finishing its job", parent.pid, os.getpid())
+        os._exit(1)
+
+    _parent_watch = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    _parent_watch.start()
 
 
 @functools.cache
@@ -58,10 +90,7 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
-    options = dict(exp.method.options)
-    if exp.method.planner.value in MEMORY_MODEL_PLANNERS:
-        options.setdefault("memory_model", exp.memory_model.value)
-    return recompute.plan(graph, exp.method.planner.value, strategy=strategy, budget=budget, **options)
+    return recompute.plan(graph, exp.method.planner.value, strategy=strategy, budget=budget, **plan_options(exp))
 
 
 def _measure(exp: AppConfig, model, inputs, backend: str, runner=None, predicted: int | None = None) -> recompute.Measurement:
@@ -78,37 +107,30 @@ def _timed(label: str, fn, *args, **kwargs):
     return out
 
 
-def _memory_stage(exp: AppConfig, rec: dict[str, Any], backend: str) -> tuple[recompute.Measurement | None, recompute.Measurement | None]:
+def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompute.Measurement | None, recompute.Measurement | None]:
     """Fill the memory fields of ``rec``; returns the (vanilla, method) measurements for reuse as timings."""
     model, inputs = _timed(f"build {exp.net.name.value} b={exp.batch_size} {exp.input_size}²", _setup, exp, backend, exp.batch_size, exp.input_size)
-    graph = _timed("trace", recompute.trace, model, inputs, cost_model=exp.cost_model.value)
-    rec.update(num_nodes=graph.n, num_edges=graph.num_edges, total_cost=int(graph.total_time()),
-               trace_seconds=graph.program.trace_seconds if graph.program is not None else None)
+    # traced with the loss ``measure`` applies, so that the plan's simulated peak is the measured one
+    graph = _timed("trace", recompute.trace, model, inputs, cost_model=exp.cost_model.value, loss_fn=default_loss)
+    rec.set_graph(graph)
     cap = int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None
 
     try:
         vanilla = _timed("measure vanilla", _measure, exp, model, inputs, backend)
-        rec.update(vanilla_peak_bytes=vanilla.total_peak_bytes, param_bytes=vanilla.param_bytes,
-                   vanilla_status="oom" if cap is not None and vanilla.total_peak_bytes > cap else "ok")
-    except torch.OutOfMemoryError as e:  # the baseline not fitting is a result, not a failure of the run
-        _free(backend)
+        rec.set_vanilla(vanilla, cap)
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        _free(backend)  # the baseline not fitting is a result, not a failure of the run
         vanilla = None
-        params = [*model.parameters(), *model.buffers()]
-        rec.update(vanilla_status="oom", vanilla_error=str(e).splitlines()[0],
-                   param_bytes=sum(t.numel() * t.element_size() for t in params))
+        rec.set_vanilla_oom(e, sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]))
 
-    budget = int(exp.budget_gb * GIB) if exp.budget_gb is not None else None
-    rec["budget"] = budget
-    plan = _timed(f"plan {exp.method.name}", _plan, exp, graph, budget)
-    rec.update(
-        k=plan.k, min_budget=plan.info.get("min_budget"), predicted_peak_bytes=int(plan.peak),
-        predicted_total_bytes=int(plan.peak) + rec["param_bytes"], predicted_overhead=int(plan.overhead),
-        overhead_fraction=plan.overhead / rec["total_cost"] if rec["total_cost"] else None,
-        solve_seconds=plan.solve_seconds,
-    )
-    if cap is not None and backend != "fake" and rec["predicted_total_bytes"] > cap:
+    rec.budget = int(exp.budget_gb * GIB) if exp.budget_gb is not None else None
+    plan = _timed(f"plan {exp.method.name}", _plan, exp, graph, rec.budget)
+    rec.set_plan(plan)
+    if cap is not None and backend != "fake" and rec.predicted_total_bytes > cap:
         # on a real device, do not provoke the OOM the plan already predicts
-        rec.update(status="oom", error=f"predicted {rec['predicted_total_bytes']} B > device_memory_gb cap {cap} B")
+        rec.end(Status.oom, f"predicted {rec.predicted_total_bytes} B > device_memory_gb cap {cap} B")
         return vanilla, None
 
     if exp.method.planner.value == "vanilla" and vanilla is not None:
@@ -116,21 +138,18 @@ def _memory_stage(exp: AppConfig, rec: dict[str, Any], backend: str) -> tuple[re
     else:
         executor = recompute.execute(graph, plan)
         method = _timed(f"measure {exp.method.name}", _measure, exp, model, inputs, backend, executor, int(plan.peak))
-    rec.update(measured_peak_bytes=method.total_peak_bytes, measured_activation_bytes=method.peak_bytes)
-    if vanilla is not None:
-        rec["reduction"] = 1 - method.total_peak_bytes / vanilla.total_peak_bytes
-    if cap is not None and method.total_peak_bytes > cap:
-        rec.update(status="oom", error=f"measured {method.total_peak_bytes} B > device_memory_gb cap {cap} B")
+    rec.set_method(method, vanilla, cap)
     return vanilla, method
 
 
-def _time_stage(exp: AppConfig, rec: dict[str, Any], backend: str, batch: int, size: int) -> tuple[recompute.Measurement, recompute.Measurement]:
+def _time_stage(exp: AppConfig, rec: RunRecord, backend: str, batch: int, size: int) -> tuple[recompute.Measurement, recompute.Measurement]:
     """Vanilla and method timings with their own trace and plan (a different backend or size)."""
     model, inputs = _setup(exp, backend, batch, size)
-    graph = _timed(f"trace for timing ({backend}, b={batch}, {size}²)", recompute.trace, model, inputs, cost_model=exp.cost_model.value)
+    graph = _timed(f"trace for timing ({backend}, b={batch}, {size}²)", recompute.trace, model, inputs, cost_model=exp.cost_model.value,
+                   loss_fn=default_loss)
     # an explicit budget is for the memory-scale graph; at another size use the planner's smallest
     same_size = (batch, size) == (exp.batch_size, exp.input_size)
-    plan = _plan(exp, graph, rec["budget"] if same_size else None)
+    plan = _plan(exp, graph, rec.budget if same_size else None)
     vanilla = _timed(f"time vanilla on {backend}", _measure, exp, model, inputs, backend)
     method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, recompute.execute(graph, plan))
     return vanilla, method
@@ -141,67 +160,93 @@ def _free(backend: str) -> None:
         torch.cuda.empty_cache()
 
 
-def measure_experiment(exp: AppConfig) -> dict[str, Any]:
-    """The record of one experiment (not stored, not logged). Never raises for an experiment outcome."""
+# torch's CPU allocator raises a plain RuntimeError (c10::Error) when malloc fails, worded per platform
+_CPU_OOM = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether ``e`` is an out-of-memory failure on any device: an outcome to record, not a bug."""
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in _CPU_OOM)
+
+
+def new_record(exp: AppConfig) -> RunRecord:
+    """The record of ``exp`` before it runs: what runs, where, and with which code."""
     mem, tb = memory_backend(exp.device), time_backend(exp)
-    t_batch = exp.timing.batch_size or exp.batch_size
-    t_size = exp.timing.input_size or exp.input_size
-    rec: dict[str, Any] = dict(
+    dp = exp.method.planner.value in MEMORY_MODEL_PLANNERS
+    return RunRecord(
         key=experiment_key(exp), net=exp.net.name.value, method=exp.method.name,
         planner=exp.method.planner.value, strategy=exp.method.strategy.value if exp.method.strategy else None,
         batch_size=exp.batch_size, input_size=exp.input_size, device=exp.device.value,
-        memory_backend=mem, time_backend=tb, time_batch_size=t_batch if tb else None,
-        time_input_size=t_size if tb else None, cost_model=exp.cost_model.value,
-        memory_model=exp.memory_model.value if exp.method.planner.value in MEMORY_MODEL_PLANNERS else None,
-        seed=exp.seed,
-        iterations=exp.iterations, warmup=exp.warmup,
+        memory_backend=mem, time_backend=tb,
+        time_batch_size=(exp.timing.batch_size or exp.batch_size) if tb else None,
+        time_input_size=(exp.timing.input_size or exp.input_size) if tb else None,
+        cost_model=exp.cost_model.value, memory_model=exp.memory_model.value if dp else None,
+        seed=exp.seed, iterations=exp.iterations, warmup=exp.warmup,
         device_memory_bytes=int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None,
-        budget=None, status="ok", error=None, git_commit=git_commit(), torch_version=torch.__version__,
+        config=experiment_dict(exp), git_commit=git_commit(), torch_version=torch.__version__,
         host=platform.node(), timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        config=experiment_dict(exp),
     )
+
+
+def measure_experiment(exp: AppConfig) -> RunRecord:
+    """The record of one experiment (not stored, not logged). Never raises for an experiment outcome."""
+    rec = new_record(exp)
+    mem = rec.memory_backend
     start = time.perf_counter()
     try:
         vanilla, method = _memory_stage(exp, rec, mem)
-        if tb is not None and rec["status"] == "ok":
-            if tb == mem and (t_batch, t_size) == (exp.batch_size, exp.input_size) and vanilla is not None:
+        if rec.time_backend is not None and rec.status == Status.ok:
+            t_batch, t_size = rec.time_batch_size, rec.time_input_size
+            if rec.time_backend == mem and (t_batch, t_size) == (exp.batch_size, exp.input_size) and vanilla is not None:
                 timings = vanilla, method
             else:
-                timings = _time_stage(exp, rec, tb, t_batch, t_size)
-            rec.update(vanilla_seconds_per_iter=timings[0].seconds, seconds_per_iter=timings[1].seconds,
-                       time_overhead=timings[1].seconds / timings[0].seconds - 1)
+                timings = _time_stage(exp, rec, rec.time_backend, t_batch, t_size)
+            rec.set_timing(*timings)
     except recompute.InfeasibleBudget as e:
-        rec.update(status="infeasible", error=str(e), min_budget=e.min_budget)
+        rec.end(Status.infeasible, e)
+        rec.min_budget = e.min_budget
     except TooManyLowerSets as e:
-        rec.update(status="too_many_lower_sets", error=str(e))
-    except torch.OutOfMemoryError as e:
-        _free(mem)
-        rec.update(status="oom", error=str(e).splitlines()[0])
+        rec.end(Status.too_many_lower_sets, e)
+    except GraphTooLarge as e:
+        rec.end(Status.too_large, e)
     except Exception as e:  # noqa: BLE001 - a failing config is recorded and the sweep goes on
-        log.exception("%s × %s failed", rec["net"], rec["method"])
-        rec.update(status="error", error=f"{type(e).__name__}: {e}")
-    rec["run_seconds"] = time.perf_counter() - start
+        if is_oom(e):
+            _free(mem)
+            rec.end(Status.oom, e)
+        else:
+            log.exception("%s × %s failed", rec.net, rec.method)
+            rec.end(Status.error, f"{type(e).__name__}: {e}")
+    rec.run_seconds = time.perf_counter() - start
     return rec
 
 
-def run(exp: AppConfig, *, name: str, group: str | None, wandb_config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def run(exp: AppConfig, *, name: str, group: str | None, wandb_config: dict[str, Any]) -> tuple[RunRecord, bool]:
     """Run ``exp`` unless its record exists; store and log the record. Returns (record, ran).
 
-    Records with ``status=error`` are run again: they are failures of the code, not results.
+    Records with ``status=error`` are run again: they are failures of the code, not results. So is a
+    config whose stored file is unreadable; that file is moved aside first, not overwritten.
     """
+    exit_with_parent()
+    results.check_writable(exp.results_dir)  # before the run, not after an hour of it
     key = experiment_key(exp)
-    old = results.find(exp.results_dir, key) if exp.skip_existing else None
-    if old is not None and old["status"] != "error":
-        log.info("skip %s: record %s exists (status=%s)", name, key, old["status"])
+    try:
+        old = results.find(exp.results_dir, key) if exp.skip_existing else None
+    except RecordError as e:
+        log.warning("%s; moved it to %s and running %s again", e, results.set_aside(exp.results_dir, key), name)
+        old = None
+    if old is not None and old.status != Status.error:
+        log.info("skip %s: record %s exists (status=%s)", name, key, old.status)
         return old, False
     with wandb_run(exp.logger, name=name, group=group, config=wandb_config) as wb:
         rec = measure_experiment(exp)
-        rec["group"] = exp.logger.group or group
+        rec.group = exp.logger.group or group
         path = results.save(rec, exp.results_dir)
         stored = sum(1 for _ in Path(exp.results_dir).glob("*.json"))  # progress of a long sweep
-        log.info("%s: status=%s in %.1fs, record %s (%d in the store)", name, rec["status"], rec["run_seconds"], path, stored)
+        log.info("%s: status=%s in %.1fs, record %s (%d in the store)", name, rec.status, rec.run_seconds, path, stored)
         if wb is not None:
-            wb.summary.update({k: v for k, v in rec.items() if k != "config"})
+            wb.summary.update({k: v for k, v in rec.to_dict().items() if k != "config"})
     return rec, True
 
 
@@ -211,32 +256,33 @@ def _size(b: int | None) -> str:
     return f"{b / GIB:.3f} GiB" if b >= GIB else f"{b / 2**20:.3f} MiB"
 
 
-def summary(rec: dict[str, Any]) -> str:
+def summary(rec: RunRecord) -> str:
     """A short human table of one record, naming the backend behind each number."""
-    mem, tb = rec["memory_backend"], rec.get("time_backend")
+    mem, tb = rec.memory_backend, rec.time_backend
     untimed = f"not timed ({mem} has no clock; timing.backend=cpu timing.batch_size=... to time)"
-    t_src = f"{tb}, b={rec.get('time_batch_size')}, {rec.get('time_input_size')}²" if tb else untimed
+    t_src = f"{tb}, b={rec.time_batch_size}, {rec.time_input_size}²" if tb else untimed
     sec = lambda s: "-" if s is None else f"{s:.4f} s"  # noqa: E731
     frac = lambda x: "-" if x is None else f"{100 * x:.1f} %"  # noqa: E731
-    ovh = rec.get("predicted_overhead")
+    ovh = rec.predicted_overhead
     rows = [
-        ("#V / #E", f"{rec.get('num_nodes', '-')} / {rec.get('num_edges', '-')}", f"trace, cost model {rec['cost_model']}"),
-        ("budget", _size(rec.get("budget")) if rec.get("budget") else "smallest feasible", f"min {_size(rec.get('min_budget'))}"),
-        ("predicted peak (+params)", _size(rec.get("predicted_total_bytes")),
-         "liveness model" if rec.get("memory_model") == "liveness" else "eq. (2)"),
-        ("measured peak (+params)", _size(rec.get("measured_peak_bytes")), mem),
-        ("vanilla peak (+params)", _size(rec.get("vanilla_peak_bytes")), f"{mem}, vanilla {rec.get('vanilla_status', '-')}"),
-        ("memory reduction", frac(rec.get("reduction")), mem),
-        ("overhead predicted", "-" if ovh is None else f"{ovh} ({frac(rec.get('overhead_fraction'))} of T(V))", "planner"),
-        ("time / iter (vanilla)", f"{sec(rec.get('seconds_per_iter'))} ({sec(rec.get('vanilla_seconds_per_iter'))})", t_src),
-        ("overhead measured", frac(rec.get("time_overhead")), t_src if tb else "-"),
-        ("solve time", sec(rec.get("solve_seconds")), "planner"),
+        ("#V / #E", f"{rec.num_nodes or '-'} / {rec.num_edges or '-'}", f"trace, cost model {rec.cost_model}"),
+        ("budget", _size(rec.budget) if rec.budget else "smallest feasible", f"min {_size(rec.min_budget)}"),
+        ("predicted peak (+params)", _size(rec.predicted_total_bytes),
+         "simulator" + (f" (search: {'liveness model' if rec.memory_model == 'liveness' else 'eq. (2)'})"
+                        if rec.memory_model else "")),
+        ("measured peak (+params)", _size(rec.measured_peak_bytes), mem),
+        ("vanilla peak (+params)", _size(rec.vanilla_peak_bytes), f"{mem}, vanilla {rec.vanilla_status or '-'}"),
+        ("memory reduction", frac(rec.reduction), mem),
+        ("overhead predicted", "-" if ovh is None else f"{ovh} ({frac(rec.overhead_fraction)} of T(V))", "planner"),
+        ("time / iter (vanilla)", f"{sec(rec.seconds_per_iter)} ({sec(rec.vanilla_seconds_per_iter)})", t_src),
+        ("overhead measured", frac(rec.time_overhead), t_src if tb else "-"),
+        ("solve time", sec(rec.solve_seconds), "planner"),
     ]
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
-    head = (f"{rec['net']} × {rec['method']}  batch {rec['batch_size']}, {rec['input_size']}²  "
-            f"status={rec['status']}  key={rec['key']}")
+    head = (f"{rec.net} × {rec.method}  batch {rec.batch_size}, {rec.input_size}²  "
+            f"status={rec.status}  key={rec.key}")
     lines = [head] + [f"  {q:<{width}}  {v:<{vwidth}}  [{s}]" for q, v, s in rows]
-    if rec.get("error"):
-        lines.append(f"  error: {rec['error']}")
+    if rec.error:
+        lines.append(f"  error: {rec.error}")
     return "\n".join(lines)

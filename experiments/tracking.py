@@ -1,41 +1,94 @@
-"""Weights & Biases logging: one W&B run per experiment, finished whatever happens."""
+"""Weights & Biases logging: one W&B run per experiment, finished whatever happens.
+
+W&B is a mirror of the local results store, never a condition for it: ``mode=online`` without a
+reachable server logs offline instead (after a check of a few seconds, not ``wandb.init``'s
+90 s wait), and a W&B run that cannot start at all leaves the experiment unlogged but still run and
+stored. Each fallback is announced with a warning that says what happened and what to do.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import threading
 from typing import Any, Iterator
+from urllib.error import HTTPError
+from urllib.request import urlopen
 
 from .config import LoggerConfig, WandbMode
 
-__all__ = ["wandb_run"]
+__all__ = ["wandb_run", "reachable", "CONNECT_SECONDS"]
+
+log = logging.getLogger(__name__)
+
+CONNECT_SECONDS = 5.0  # how long the online check waits for the W&B server to answer
+
+
+def reachable(url: str, timeout: float = CONNECT_SECONDS) -> bool:
+    """Whether the server at ``url`` answers an HTTP(S) request within ``timeout`` seconds (any status).
+
+    An HTTP answer, not just an open TCP connection: a proxy may accept connections for hosts it
+    cannot reach. The request runs in a daemon thread because the name lookup ignores ``timeout``.
+    """
+    answer: list[bool] = []
+
+    def ask() -> None:
+        try:
+            urlopen(url, timeout=timeout).close()
+        except HTTPError:  # an answer, if not a welcome one: the server is there
+            pass
+        except Exception:  # noqa: BLE001 - no name, no route, refused, TLS or protocol failure: not reachable
+            answer.append(False)
+            return
+        answer.append(True)
+
+    asking = threading.Thread(target=ask, name="wandb-reachable", daemon=True)
+    asking.start()
+    asking.join(timeout)
+    return answer == [True]
+
+
+def _init(cfg: LoggerConfig, **kwargs: Any) -> Any:
+    """``wandb.init`` in ``cfg.mode``, falling back to offline, then to no W&B run (None)."""
+    import wandb
+
+    modes = [cfg.mode.value]
+    if cfg.mode == WandbMode.online:
+        settings = wandb.Settings()
+        settings.update_from_env_vars(dict(os.environ))  # WANDB_BASE_URL, as wandb.init will read it
+        url = settings.base_url
+        if not reachable(url):
+            log.warning("W&B server %s not reachable within %g s: this run is logged offline under %s "
+                        "(upload it later with `wandb sync`)", url, CONNECT_SECONDS, cfg.dir)
+            modes = []
+        modes.append(WandbMode.offline.value)
+    for mode in modes:
+        try:
+            return wandb.init(mode=mode, settings=wandb.Settings(init_timeout=30), **kwargs)
+        except Exception as e:  # noqa: BLE001 - whatever W&B raises, the experiment itself must go on
+            log.warning("W&B (mode=%s) did not start: %s: %s", mode, type(e).__name__, e)
+    log.warning("this run is not logged to W&B; its record is stored locally all the same")
+    return None
 
 
 @contextlib.contextmanager
 def wandb_run(cfg: LoggerConfig, *, name: str, group: str | None, config: dict[str, Any]) -> Iterator[Any]:
-    """A W&B run (``None`` when ``mode=disabled``); ``log(record)`` on it puts the record in its summary.
+    """A W&B run, or ``None`` when ``mode=disabled`` or W&B could not start; put the record in its summary.
 
     ``wandb.finish()`` runs even when the experiment raises, so each job of a multirun that shares
     one process (the basic launcher) is a run of its own.
     """
-    if cfg.mode == WandbMode.disabled:
+    run = None
+    if cfg.mode != WandbMode.disabled:
+        run = _init(cfg, project=cfg.project, entity=cfg.entity, group=cfg.group or group, name=name,
+                    tags=list(cfg.tags), dir=cfg.dir, config=config, reinit="finish_previous")
+    if run is None:
         yield None
         return
-    import wandb
-
-    run = wandb.init(
-        mode=cfg.mode.value,
-        project=cfg.project,
-        entity=cfg.entity,
-        group=cfg.group or group,
-        name=name,
-        tags=list(cfg.tags),
-        dir=cfg.dir,
-        config=config,
-        reinit="finish_previous",
-    )
     exit_code = 1
     try:
         yield run
         exit_code = 0
     finally:
-        wandb.finish(exit_code=exit_code)
+        run.finish(exit_code=exit_code)

@@ -46,16 +46,18 @@ from experiments import figures, results
 
 RESULTS = os.environ.get("PAPER_FIGURES_RESULTS", "results")
 SOURCE = os.environ.get("PAPER_FIGURES_SOURCE", "local")
+PROJECT = os.environ.get("PAPER_FIGURES_WANDB_PROJECT", "recompute")
 OUT = Path(os.environ.get("PAPER_FIGURES_OUT", "paper_figures"))
 DEVICE_GB = float(os.environ.get("PAPER_FIGURES_DEVICE_GB", "11.4"))
 TABLE1_BACKEND = os.environ.get("PAPER_FIGURES_TABLE1_BACKEND", "fake")
 TIME_BACKEND = os.environ.get("PAPER_FIGURES_TIME_BACKEND", "cpu")
 MEMORY_MODEL = os.environ.get("PAPER_FIGURES_MEMORY_MODEL", "liveness")
-OUT.mkdir(parents=True, exist_ok=True)
 
-df = results.load(RESULTS, source=SOURCE, project=os.environ.get("PAPER_FIGURES_WANDB_PROJECT", "recompute"),
-                  entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"))
-print(f"{len(df)} records from {SOURCE} ({RESULTS if SOURCE == 'local' else 'W&B'})")
+df = results.load(RESULTS, source=SOURCE, project=PROJECT, entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"))
+STORE = RESULTS if SOURCE == "local" else f"W&B project {PROJECT}"
+figures.require_records(df, STORE)  # an empty store stops here, before any artefact is overwritten
+OUT.mkdir(parents=True, exist_ok=True)
+print(f"{len(df)} records from {STORE}")
 df.groupby(["memory_backend", "status"]).size()
 
 # %% [markdown]

@@ -7,12 +7,35 @@ and (v, w) ∈ E when the output of v is read by w. Each node carries the two co
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 __all__ = ["Graph"]
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _as_list(name: str, values: Any) -> list[Any]:
+    """``values`` as a list; a string or a non-iterable is a ``TypeError`` naming ``name``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence, got {type(values).__name__} {values!r}")
+    return list(values)
+
+
+def _int_list(name: str, values: Any) -> list[int]:
+    """Per-node costs: non-negative integers (a float or a string is an error, not silently truncated)."""
+    out = _as_list(name, values)
+    for i, x in enumerate(out):
+        if not _is_int(x):
+            raise TypeError(f"{name}[{i}] = {x!r}: {name} must hold integers, one per node")
+        if x < 0:
+            raise ValueError(f"{name}[{i}] = {x}: {name} must be non-negative")
+    return [int(x) for x in out]
 
 
 @dataclass(eq=False)
@@ -52,6 +75,11 @@ class Graph:
             raise ValueError(f"mem and time need one entry per node ({n}); got {self.mem.shape} and {self.time.shape}")
         if (self.mem < 0).any() or (self.time < 0).any():
             raise ValueError("mem and time must be non-negative")
+        if len(self.names) != n or len(self.ops) != n:
+            raise ValueError(f"names and ops need one entry per node ({n}); got {len(self.names)} and {len(self.ops)}")
+        bad = [v for v in self.outputs if not 0 <= v < n]
+        if bad:
+            raise ValueError(f"outputs {bad} name nodes outside 0..{n - 1}")
         for v, ps in enumerate(self.preds):
             for u in ps:
                 if not 0 <= u < n or u == v:
@@ -75,17 +103,27 @@ class Graph:
     ) -> "Graph":
         """Build a graph over nodes ``0..len(mem)-1`` from ``(u, v)`` pairs (u's output is read by v).
 
-        ``outputs`` defaults to the sinks (nodes without successors).
+        ``mem`` (bytes) and ``time`` (cost units) are non-negative integers, one per node; ``names``,
+        when given, one per node; ``outputs`` defaults to the sinks (nodes without successors).
+        Arguments of the wrong kind or length raise ``TypeError``/``ValueError`` naming the argument.
         """
+        mem, time = _int_list("mem", mem), _int_list("time", time)
         n = len(mem)
+        if len(time) != n:
+            raise ValueError(f"time needs one entry per node: mem has {n}, time has {len(time)}")
+        if names is not None and (isinstance(names, str) or len(names) != n):
+            raise ValueError(f"names needs one label per node ({n}), got {names!r}")
         preds: list[set[int]] = [set() for _ in range(n)]
-        for u, v in edges:
+        for i, edge in enumerate(_as_list("edges", edges)):
+            if isinstance(edge, (str, bytes)) or not hasattr(edge, "__len__") or len(edge) != 2 or not all(map(_is_int, edge)):
+                raise TypeError(f"edges[{i}] = {edge!r}: each edge must be a pair (u, v) of node ids (ints)")
+            u, v = int(edge[0]), int(edge[1])
             if not (0 <= u < n and 0 <= v < n):
                 raise ValueError(f"edge ({u}, {v}) names a node outside 0..{n - 1}")
-            preds[v].add(int(u))
+            preds[v].add(u)
         names = tuple(names) if names is not None else tuple(f"v{i}" for i in range(n))
         has_succ = {u for ps in preds for u in ps}
-        outs = tuple(outputs) if outputs is not None else tuple(v for v in range(n) if v not in has_succ)
+        outs = tuple(_int_list("outputs", outputs)) if outputs is not None else tuple(v for v in range(n) if v not in has_succ)
         return cls(
             preds=tuple(tuple(sorted(p)) for p in preds),
             mem=np.asarray(mem, dtype=np.int64),

@@ -10,6 +10,7 @@ from .execute import Executor
 from .graph import Graph
 from .plan import Plan, plan
 from .trace import trace
+from .validate import check_budget, check_inputs, check_method, check_model
 
 __all__ = ["optimize", "RecomputeModule"]
 
@@ -80,6 +81,10 @@ def optimize(
         m = recompute.optimize(model, (x,))
         loss = crit(m(x), y); loss.backward(); opt.step()
     """
+    check_model(model)
+    check_inputs(example_inputs, allow_none=True)
+    check_budget(budget)
+    check_method(method, strategy, plan_options)
     if method in ("vanilla", "chen", "chen_greedy"):
         strategy = None
     else:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from . import lowerset
 from .graph import Graph
+from .validate import check_budget, check_graph, check_method
 
 __all__ = ["Plan", "PlannerSpec", "InfeasibleBudget", "register", "plan", "methods", "spec", "simulated_peak", "STRATEGIES"]
 
@@ -181,13 +182,10 @@ def plan(
     the planner's own memory model's value is kept in ``info["model_peak"]``, and a ``budget`` bounds
     the simulated peak.
     """
+    check_graph(graph)
+    check_budget(budget)
+    check_method(method, strategy, options)
     entry = spec(method)
-    unknown = sorted(set(options) - set(entry.options))
-    if unknown:
-        allowed = ", ".join(entry.options) or "none"
-        raise ValueError(f"{method} takes no option {', '.join(map(repr, unknown))}; its options: {allowed}")
-    if strategy is not None and strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     start = time.perf_counter()
     if graph.program is None:
         result = entry.fn(graph, budget=budget, strategy=strategy, **options)

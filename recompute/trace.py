@@ -31,6 +31,7 @@ from . import costs
 from .fxnodes import output_tensors
 from .joint import JointProgram, trace_step
 from .graph import Graph
+from .validate import check_cost_model, check_inputs, check_model
 
 __all__ = ["trace", "TraceError", "Program"]
 
@@ -147,6 +148,9 @@ def trace(
     (what :func:`recompute.optimize` runs). Inputs may be FakeTensors, so a paper-scale graph costs no
     activation memory. The graph keeps the executable program in ``graph.program``.
     """
+    check_model(model)
+    check_inputs(example_inputs)
+    check_cost_model(cost_model)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     start = _time.perf_counter()
     program = _condense(_export(model, args, loss_fn), loss=loss_fn is not None)

@@ -21,7 +21,8 @@ STAGES=${STAGES:-"table1 max_batch figure4 notebook beaumont feng"}
 DEVICE_GB=${DEVICE_GB:-11.4}
 LOGGER=${LOGGER:-none}            # wandb: also log every run to W&B (offline unless configured)
 RESULTS=${RESULTS:-results}
-NETS=${NETS:-"resnet50 resnet152 vgg19 densenet161 googlenet unet pspnet"}
+# the paper's seven networks, from the one list of them (recompute.nets)
+NETS=${NETS:-$("$PY" -c 'from recompute import nets; print(*nets.names(paper_only=True))')}
 FIG4_NETS=${FIG4_NETS:-$NETS}
 export PAPER_FIGURES_RESULTS="$RESULTS" PAPER_FIGURES_DEVICE_GB="$DEVICE_GB" WANDB_SILENT=true
 common=(logger="$LOGGER" results_dir="$(realpath -m "$RESULTS")")

@@ -3,19 +3,16 @@ defaults follow Kusumoto et al. (2019) Table 1, and the registry behaves."""
 
 from __future__ import annotations
 
-import csv
-import functools
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from experiments.figures import paper_table1_wide
 from recompute import nets
 
-CSV = Path("/work/shared/reference/kusumoto2019_table1.csv")
 PAPER_SIZE = {"unet": 572, "pspnet": 713}  # §5: 224×224 for every other network
 SMALL = ("chain", "skip", "siamese", "dropout", "resblock")
 JOIN = ("snn", "cross_modal")  # Beaumont et al.'s join networks, tested in test_join_nets.py
@@ -23,23 +20,11 @@ JOIN = ("snn", "cross_modal")  # Beaumont et al.'s join networks, tested in test
 # name -> (batch, size) small enough for 2 CPU cores; the big nets at batch 1.
 TINY = {n: (1, 64) for n in nets.names(paper_only=True)} | {n: (2, 16) for n in SMALL}
 
-
-def _paper_rows() -> dict[str, dict[str, str]]:
-    if CSV.exists():
-        with CSV.open() as f:
-            return {r["network"]: r for r in csv.DictReader(f)}
-    # Fallback copy of Table 1 (batch, #V) so the test does not depend on the shared folder.
-    table = {"pspnet": (2, 385), "unet": (8, 60), "resnet50": (96, 176), "resnet152": (48, 516),
-             "vgg19": (64, 46), "densenet161": (32, 568), "googlenet": (256, 134)}
-    return {k: {"batch": str(b), "num_nodes": str(v)} for k, (b, v) in table.items()}
+PAPER = paper_table1_wide().to_dict("index")  # Kusumoto et al. Table 1, from experiments/reference/
 
 
-PAPER = _paper_rows()
-
-
-@functools.lru_cache(maxsize=None)
 def _tiny(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """One seeded tiny build per network, shared by the tests (building the big nets dominates)."""
+    """A seeded tiny build. Not cached: the seven paper nets with their gradients held at once took 4.3 GB."""
     batch, size = TINY[name]
     return nets.build(name, batch_size=batch, input_size=size, seed=0)
 

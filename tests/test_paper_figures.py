@@ -10,13 +10,18 @@ PSPNet's vanilla probes (batch 2 fits, 3 does not) and PSPNet's CPU Figure 4 tim
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
+from nbclient.exceptions import CellExecutionError
 
-from experiments import figures
+from experiments import figures, results
 from experiments.max_batch import search
+from experiments.record import RunRecord, Status
+from recompute import nets
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "paper_figures_results"
@@ -45,15 +50,25 @@ def test_search_stops_on_a_failed_probe():
     assert res.max_batch is None and None in res.probes.values()
 
 
+def _notebook(tmp_path: Path, store: Path) -> Any:
+    return figures.execute_notebook(
+        ROOT / "notebooks" / "paper_figures.py", tmp_path / "paper_figures.ipynb", cwd=ROOT,
+        env={"PAPER_FIGURES_RESULTS": str(store), "PAPER_FIGURES_OUT": str(tmp_path / "paper_figures")}, timeout=120,
+    )
+
+
 def test_notebook_writes_the_artefacts(tmp_path):
     records = sorted(FIXTURE.glob("*.json"))
     assert records, "fixture missing"
+    # the fixture store, plus a record file cut short by a crash: skipped with a warning naming it
+    store = tmp_path / "results"
+    shutil.copytree(FIXTURE, store)
+    (store / "0000000000000000.json").write_text('{"key": "0000000000000000", "net": "res')
     out = tmp_path / "paper_figures"
-    nb = figures.execute_notebook(
-        ROOT / "notebooks" / "paper_figures.py", tmp_path / "paper_figures.ipynb", cwd=ROOT,
-        env={"PAPER_FIGURES_RESULTS": str(FIXTURE), "PAPER_FIGURES_OUT": str(out)}, timeout=120,
-    )
+    nb = _notebook(tmp_path, store)
     assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    warned = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
+    assert "skipped" in warned and "0000000000000000.json" in warned
     for name in ("table1.md", "table1.csv", "max_batch.md", "max_batch.csv", "figure4.png", "figure4.pdf"):
         assert (out / name).stat().st_size > 0, name
 
@@ -81,3 +96,40 @@ def test_notebook_writes_the_artefacts(tmp_path):
         fits = probes[probes["measured_peak_bytes"] <= 11.4 * 2**30]["batch_size"]
         assert row["max_batch"] == fits.max()
     assert mb.loc[("resnet50", "approxdp_mc"), "max_batch"] > mb.loc[("resnet50", "vanilla"), "max_batch"]
+
+
+def test_notebook_on_an_empty_store_says_what_to_do_and_writes_nothing(tmp_path):
+    (tmp_path / "results").mkdir()
+    with pytest.raises(CellExecutionError) as info:
+        _notebook(tmp_path, tmp_path / "results")
+    text = str(info.value)
+    assert f"no run records in {tmp_path / 'results'}" in text and "bash scripts/paper_figures.sh" in text
+    assert "KeyError" not in text
+    assert not (tmp_path / "paper_figures").exists()
+
+
+def test_figures_of_a_store_whose_runs_all_failed(tmp_path):
+    # every measured column is None: the tables say "missing", nothing raises
+    for i, status in enumerate((Status.oom, Status.error)):
+        results.save(RunRecord(key=f"k{i}", net="resnet50", method="vanilla", batch_size=96, input_size=224,
+                               memory_backend="fake", cost_model="paper", seed=0, status=status), tmp_path)
+    df = results.load(tmp_path)
+    t1 = figures.table1(df, figures.paper_table1())
+    assert (t1[t1["network"] == "resnet50"].set_index("method").at["vanilla", "status"]) in ("oom", "error")
+    assert t1["peak_gb"].isna().all()
+    assert figures.max_batch_table(df).set_index(["network", "method"]).at[("resnet50", "vanilla"), "max_batch"] == 0
+    assert figures.figure4_records(df).empty
+
+
+def test_reference_data_lives_in_the_repository():
+    assert figures.PAPER_TABLE1_CSV.is_relative_to(ROOT)
+    readme = (figures.PAPER_TABLE1_CSV.parent / "README.md").read_text()
+    assert figures.PAPER_TABLE1_CSV.name in readme and "Kusumoto et al." in readme and "Table 1" in readme
+    wide = figures.paper_table1_wide()
+    assert list(wide.index) == nets.names(paper_only=True)  # the paper's networks, in the registry's order
+    for net, row in wide.iterrows():
+        assert (row["batch"], row["num_nodes"]) == (nets.spec(net).batch_size, nets.spec(net).paper_nodes)
+    # nothing the project runs reads a folder beside the repository
+    sources = [p for ext in ("py", "sh", "yaml", "toml") for p in ROOT.rglob(f"*.{ext}")
+               if ".venv" not in p.parts and p != Path(__file__)]  # this test names what it looks for
+    assert not [p for p in sources if "shared/reference" in p.read_text() or '"shared"' in p.read_text()]

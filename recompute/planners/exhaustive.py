@@ -16,7 +16,13 @@ from .. import lowerset
 from ..graph import Graph
 from ..plan import InfeasibleBudget, Plan, register
 
-__all__ = ["exhaustive", "lower_sets"]
+__all__ = ["exhaustive", "lower_sets", "GraphTooLarge", "MAX_NODES"]
+
+MAX_NODES = 16  # the lower sets and search states of a larger graph outgrow memory (VGG19: ~15 MB/s)
+
+
+class GraphTooLarge(ValueError):
+    """The graph has more nodes than ``max_nodes``; the message names the limit and the alternatives."""
 
 
 def lower_sets(g: Graph) -> list[frozenset[int]]:
@@ -36,12 +42,18 @@ def lower_sets(g: Graph) -> list[frozenset[int]]:
 
 @register("exhaustive", searches_budget=True)
 def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None,
-               memory_model: str = "paper") -> Plan:  # fmt: skip
+               memory_model: str = "paper", max_nodes: int = MAX_NODES) -> Plan:  # fmt: skip
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.
 
     ``budget=None`` uses the smallest budget B* for which a canonical strategy exists. The peak is
     eq. (2) or its liveness variant (``memory_model``, see :func:`recompute.lowerset.block_memory`).
+    Graphs of more than ``max_nodes`` nodes raise :class:`GraphTooLarge` before any search.
     """
+    if g.n > max_nodes:
+        raise GraphTooLarge(
+            f"exhaustive: the graph has #V={g.n} nodes, above max_nodes={max_nodes} (the search is exponential "
+            f"in #V); use exactdp or approxdp, which solve the same problem at this size, or pass a larger max_nodes"
+        )
     strategy = strategy or "tc"
     if strategy not in ("tc", "mc"):
         raise ValueError(f"exhaustive: unknown strategy {strategy!r}; use 'tc' or 'mc'")
@@ -94,7 +106,8 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
                 stack.append(nxt)
 
     if not finals:
-        raise InfeasibleBudget("exhaustive", limit, exhaustive(g, strategy=strategy, memory_model=memory_model).budget)
+        raise InfeasibleBudget("exhaustive", limit, exhaustive(g, strategy=strategy, memory_model=memory_model,
+                                                                 max_nodes=max_nodes).budget)
     min_budget = min(p for *_, p in finals)  # every sequence within B* ≤ limit is among them
     if budget is None:
         budget = min_budget
