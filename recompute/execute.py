@@ -26,16 +26,13 @@ import torch.fx as fx
 from torch.fx.graph import _BoxedCodeGen
 from torch.utils._pytree import tree_unflatten
 
+from .fxnodes import is_random
 from .graph import Graph
 from .plan import Plan
 from .schedule import Instance, Schedule, canonical
 from .trace import Program
 
 __all__ = ["execute", "Executor", "module_state"]
-
-
-def _random(node: fx.Node) -> bool:
-    return isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
 
 
 def _rng_state(device: torch.device) -> tuple:
@@ -73,7 +70,7 @@ class _Graphs:
         self.forward_inputs = [n.name for n in placeholders if n.name not in joint.tangents]
         fwd_steps = range(s.backward_start)
         bwd_steps = range(s.backward_start, len(s))
-        recomputed_random = {name for name, copy in s.steps[s.backward_start:] if copy > 0 and _random(joint.node(name))}
+        recomputed_random = {name for name, copy in s.steps[s.backward_start:] if copy > 0 and is_random(joint.node(name))}
         rng_out: dict[str, fx.Node] = {}
         for i in fwd_steps:
             name, copy = s.steps[i]
@@ -191,7 +188,7 @@ class Executor:
         self._graphs: dict[torch.device, _Graphs] = {}
         self.device = torch.device("cpu")
         joint = self.program.joint
-        self.replays_rng = any(c > 0 and _random(joint.node(n)) for n, c in self.schedule.steps)
+        self.replays_rng = any(c > 0 and is_random(joint.node(n)) for n, c in self.schedule.steps)
 
     @property
     def graphs(self) -> _Graphs:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-__all__ = ["output_tensors", "run_node"]
+__all__ = ["output_tensors", "is_random"]
 
 
 def output_tensors(val: Any) -> list[tuple[int | None, torch.Tensor]]:
@@ -20,10 +19,6 @@ def output_tensors(val: Any) -> list[tuple[int | None, torch.Tensor]]:
     return []
 
 
-def run_node(node: fx.Node, env: dict[str, Any]) -> Any:
-    """Run one fx node on the values in ``env`` (keyed by node name)."""
-    args = fx.node.map_arg(node.args, lambda a: env[a.name])
-    kwargs = fx.node.map_arg(node.kwargs, lambda a: env[a.name])
-    if node.target is operator.getitem:
-        return args[0][args[1]]
-    return node.target(*args, **kwargs)
+def is_random(node: fx.Node) -> bool:
+    """Whether the node draws from the random generator (dropout): recomputing it must replay the state."""
+    return isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags

@@ -161,8 +161,9 @@ def trace_step(
     """Export the training step of ``model`` at ``inputs`` as a :class:`JointProgram`."""
     step = _Step(model, len(inputs), loss_fn)
     with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_upsampling():
-        tangents = _tangents(model, inputs, loss_fn)
-        gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
+        tangents, unused = _probe(model, inputs, loss_fn)
+        with _frozen(unused):
+            gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
     by_name = {n.name: n for n in gm.graph.nodes}
     seed = by_name[sig.user_outputs[0]]
     user_outputs, detached = [], set()
@@ -235,21 +236,37 @@ def _eager_upsampling() -> Iterator[None]:
             op._dispatch_cache.clear()
 
 
-def _tangents(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
-              loss_fn: Callable[[Any], torch.Tensor] | None) -> list[torch.Tensor]:
-    """One tensor like each output of the step, found on FakeTensors (no arithmetic), made in the
-    inputs' own kind: fake for fake inputs, real (uninitialised) otherwise."""
+def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
+           loss_fn: Callable[[Any], torch.Tensor] | None) -> tuple[list[torch.Tensor], list[torch.nn.Parameter]]:
+    """One step on FakeTensors (no arithmetic): a tensor like each output of the step, made in the
+    inputs' own kind (fake for fake inputs, real and uninitialised otherwise), and the trainable
+    parameters that get no gradient (unused ones: the export needs them frozen)."""
     mode = detect_fake_mode(inputs)
     probe = mode if mode is not None else FakeTensorMode(allow_non_fake_inputs=True)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     # on fake copies of the buffers: a training-mode forward updates BatchNorm's statistics
     buffers = {name: probe.from_tensor(b) for name, b in model.named_buffers(remove_duplicate=False)}
-    with torch.no_grad(), probe:
+    with probe:
         xs = [x if mode is not None else probe.from_tensor(x) for x in inputs]
         out = torch.func.functional_call(model, buffers, tuple(xs), strict=False)
-        out = out if loss_fn is None else loss_fn(out)
-        specs = [(t.shape, t.dtype, t.device) for t in tree_flatten(out)[0]]
+        flat = tree_flatten(out if loss_fn is None else loss_fn(out))[0]
+        specs = [(t.shape, t.dtype, t.device) for t in flat]
+        grads = torch.autograd.grad([t for t in flat if t.requires_grad], trainable,
+                                    [torch.ones_like(t) for t in flat if t.requires_grad], allow_unused=True)
+    unused = [p for p, g in zip(trainable, grads) if g is None]
     with mode if mode is not None else contextlib.nullcontext():
-        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs]
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs], unused
+
+
+@contextlib.contextmanager
+def _frozen(params: Sequence[torch.nn.Parameter]) -> Iterator[None]:
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def _unwrap(names: dict[str, str]) -> dict[str, str]:

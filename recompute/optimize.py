@@ -44,6 +44,7 @@ class RecomputeModule(torch.nn.Module):
 
     def prepare(self, *inputs: torch.Tensor) -> Executor:
         """Trace and plan for inputs like these (done lazily by ``forward``)."""
+        check_inputs(inputs)
         key = tuple((tuple(x.shape), x.dtype, x.device) for x in inputs)
         if key not in self._executors:
             g = trace(self.model, inputs, cost_model=self.cost_model)

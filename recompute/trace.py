@@ -152,6 +152,14 @@ def trace(
     check_inputs(example_inputs)
     check_cost_model(cost_model)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    tied = _tied_parameters(model)
+    if tied:
+        raise TraceError(
+            f"{type(model).__name__} shares parameters between modules ({', '.join(tied[:3])}"
+            f"{', …' if len(tied) > 3 else ''}); tracing the training step does not support tied "
+            "parameters yet. What to do: plan a model that holds each parameter once (e.g. call one "
+            "shared sub-module several times instead of registering it under several names)."
+        )
     start = _time.perf_counter()
     program = _condense(_export(model, args, loss_fn), loss=loss_fn is not None)
     preds, mem, names, ops = _graph_lists(program)
@@ -162,6 +170,17 @@ def trace(
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
         cost_model=cost_model, program=program, saved=_saved_bytes(program),
     )
+
+
+def _tied_parameters(model: torch.nn.Module) -> list[str]:
+    """Names under which an already registered parameter is registered again."""
+    seen: set[int] = set()
+    tied = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            tied.append(name)
+        seen.add(id(p))
+    return tied
 
 
 def _condense(joint: JointProgram, loss: bool) -> Program:

@@ -11,10 +11,11 @@ import recompute
 from recompute.measure import default_loss
 
 
-def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int) -> dict[str, Any]:
+def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int,
+               loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
     """Loss, parameter gradients and buffers (BatchNorm statistics) after one step from ``seed``."""
     torch.manual_seed(seed)
-    loss = default_loss(forward(*inputs))
+    loss = loss_fn(forward(*inputs))
     loss.backward()
     return {
         "loss": loss.detach(),

@@ -1,0 +1,88 @@
+"""A chain or join schedule of the pebble game, compiled into a :class:`recompute.schedule.Schedule`.
+
+The pebble game's ops become op instances of the joint graph (:mod:`recompute.joint`):
+
+* ``F∅``/``Fck``/``Fall`` on step i of a branch: the step's forward fx nodes, in the traced order, as a
+  new copy of each (copy 0 the first time, then 1, 2, …: recomputation), reading the latest copy of
+  every input;
+* ``T`` (the turn): the head's forward nodes, then the backward ops owned by the head (and any the
+  engine ran outside a node of V);
+* ``B`` on step i: the backward ops owned by the step's nodes, reading the latest copies.
+
+What each op keeps is not written down: the executor frees every value after its last read, so a
+``Fall`` is simply the last forward of a step before its ``B`` (whose reads keep its values), and a
+``F∅`` one whose values nothing reads later. The simulator then prices the real program.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch.fx as fx
+
+from ..fxnodes import is_random
+from ..schedule import Instance, Schedule
+from .graphmap import JoinMap
+from .schedule import OpKind
+from .schedule import Schedule as PebbleSchedule
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+
+__all__ = ["to_schedule"]
+
+
+def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
+    """Compile ``pebbles`` (ops on the steps of ``jm``) into an executable schedule of ``g``."""
+    p = g.program
+    joint = p.joint
+    position = {n.name: i for i, n in enumerate(joint.forward + joint.backward)}
+    forward_of = dict(enumerate(p.members))
+    backward_of: dict[int | None, list[fx.Node]] = {}
+    for node in joint.backward:
+        backward_of.setdefault(p.owner.get(node.name), []).append(node)
+
+    def nodes_of(vs: tuple[int, ...], table: dict) -> list[fx.Node]:
+        return [n for v in vs for n in table.get(v, [])]
+
+    latest: dict[str, int] = {}
+    steps: list[Instance] = []
+    reads: list[tuple[Instance, ...]] = []
+    block: list[int] = []
+    backward_start: int | None = None
+
+    def emit(node: fx.Node, blk: int, new_copy: bool) -> None:
+        copy = latest[node.name] + 1 if new_copy and node.name in latest else 0
+        reads.append(tuple((a.name, latest.get(a.name, 0)) for a in node.all_input_nodes))
+        steps.append((node.name, copy))
+        block.append(blk)
+        latest[node.name] = copy
+
+    for node in p.prologue:
+        emit(node, 0, False)
+    for op in pebbles.ops:
+        if op.kind is OpKind.TURN:
+            for node in sorted(nodes_of(jm.head, forward_of), key=lambda n: position[n.name]):
+                emit(node, 0, True)
+            backward_start = len(steps)
+            turn = [*backward_of.get(None, []), *nodes_of(jm.head, backward_of)]
+            for node in sorted(turn, key=lambda n: position[n.name]):
+                emit(node, 0, False)
+            continue
+        step = jm.branches[op.branch][op.step - 1]
+        if op.kind is OpKind.B:
+            group = sorted(nodes_of(step.nodes, backward_of), key=lambda n: position[n.name])
+            for node in group:
+                emit(node, op.step, False)
+        else:
+            for node in sorted(nodes_of(step.nodes, forward_of), key=lambda n: position[n.name]):
+                emit(node, op.step, True)
+    if backward_start is None:
+        raise ValueError("the pebble schedule has no turn: nothing starts the backward pass")
+    missing = {n.name for n in joint.forward + joint.backward} - {name for name, _ in steps} - {
+        n.name for n in p.prologue}
+    if missing:
+        raise ValueError(f"the pebble schedule leaves {len(missing)} ops of the step out, e.g. {sorted(missing)[:3]}")
+    if any(c > 0 for name, c in steps[:backward_start] if is_random(joint.node(name))):
+        raise ValueError("a random op is recomputed before the turn; its generator state cannot be replayed there")
+    return Schedule(steps=steps, reads=reads, backward_start=backward_start, block=block)
