@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import lowerset
+from .blockcost import BlockCosts
 from .graph import Graph
 from .validate import check_budget, check_graph, check_method
 
@@ -71,13 +72,20 @@ class Plan:
         """Validate a lower-set sequence and evaluate it with eq. (1) and eq. (2) (or ``memory_model``)."""
         seq = [frozenset(s) for s in seq]
         lowerset.check_sequence(g, seq)
+        if memory_model == "simulator":
+            from .schedule import canonical
+            from .simulate import simulate
+
+            peak = simulate(g.program, canonical(g, seq)).peak
+        else:
+            peak = lowerset.peak(g, seq, memory_model)
         return cls(
             method=method,
             strategy=strategy,
             lower_sets=seq,
             cached=lowerset.cached_set(g, seq),
             overhead=lowerset.overhead(g, seq),
-            peak=lowerset.peak(g, seq, memory_model),
+            peak=peak,
             budget=budget,
             info=dict(info),
             memory_model=memory_model,
@@ -117,25 +125,28 @@ class PlannerSpec:
         options: the keyword options it accepts besides ``budget`` and ``strategy``.
         searches_budget: its plans depend on the budget (the DPs): on a traced graph, :func:`plan`
             tightens the budget it gives the planner until the simulated peak fits the user's.
+        simulated: on a traced graph its memory model is the simulator by default
+            (``memory_model="simulator"``): its peak and budget already mean what runs.
     """
 
     name: str
     fn: Planner
     options: tuple[str, ...]
     searches_budget: bool
+    simulated: bool = False
 
 
 _REGISTRY: dict[str, PlannerSpec] = {}
 
 
-def register(name: str, *, searches_budget: bool = False) -> Callable[[Planner], Planner]:
+def register(name: str, *, searches_budget: bool = False, simulated: bool = False) -> Callable[[Planner], Planner]:
     """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``; its
     options are read off its signature."""
 
     def deco(fn: Planner) -> Planner:
         params = inspect.signature(fn).parameters
         options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
-        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget)
+        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulated)
         return fn
 
     return deco
@@ -202,11 +213,17 @@ def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: s
 
     def solve(b: int | None) -> Plan:
         p = entry.fn(graph, budget=b, strategy=strategy, **options)
+        if p.memory_model == "simulator":
+            return p  # costed by the simulator itself: its peak and budget already mean what runs
         p.info["model_peak"], p.info["model"] = p.peak, p.memory_model
         p.peak, p.memory_model = simulated_peak(graph, p), "simulator"
         p.budget = budget
         return p
 
+    if entry.simulated and options.get("memory_model") in (None, "simulator"):
+        if BlockCosts.of(graph) is not None:
+            return solve(budget)
+        options = {**options, "memory_model": "liveness"}  # not decomposable: plan, then price (below)
     best = solve(None)
     if budget is None and entry.searches_budget:
         return _smallest(solve, best)

@@ -6,12 +6,13 @@ of a forward op in the backward phase (a schedule may recompute a value more tha
 dies after its last use, or after ``release`` where a schedule keeps it longer on purpose.
 
 :func:`canonical` compiles a lower-set sequence L_1 ≺ … ≺ L_k = V into the canonical strategy of
-Kusumoto et al. (2019, §3): the forward pass computes V in the traced order (so that random ops draw
-from the generator in the same order as plain training) and keeps the boundaries ∂(L_i) (and, as autograd would, what the last block's backward reads); then for i = k, …, 1 the
+Kusumoto et al. (2019, §3): the forward pass computes V block by block (:func:`forward_order`: random
+ops draw from the generator in the same order as plain training) and keeps the boundaries ∂(L_i) (and, as autograd would, what the last block's backward reads); then for i = k, …, 1 the
 backward phase recomputes V_i \\ ∂(L_i) from the cache, runs the backward ops of V_i, and lets the
 cached ∂(L_i) go. Cached values are kept until their own block's backward is done even where the
 last reader ran earlier: that is what makes the memory of block i depend only on (L_{i-1}, L_i) and
-the cache M(U_{i-1}), the structure the DP exploits.
+the cache M(U_{i-1}), the structure the DP exploits (:mod:`recompute.blockcost`). For the same
+reason the prologue's values and BatchNorm's new statistics are held to the end of the step.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import torch
 import torch.fx as fx
 
 from . import lowerset
+from .fxnodes import is_random, output_tensors
 
 if TYPE_CHECKING:
     from .graph import Graph
+    from .joint import JointProgram
     from .trace import Program
 
-__all__ = ["Instance", "Schedule", "canonical", "is_alias"]
+__all__ = ["Instance", "Schedule", "canonical", "forward_order", "rng_order_preds", "is_alias", "held"]
 
 Instance = tuple[str, int]
 
@@ -38,6 +41,16 @@ def is_alias(node: fx.Node) -> bool:
     """Views and ``getitem`` share their base's storage: they allocate nothing."""
     t = node.target
     return t is operator.getitem or (isinstance(t, torch._ops.OpOverload) and t.is_view)
+
+
+def held(node: fx.Node, joint: "JointProgram") -> bool:
+    """Whether the canonical schedule holds this member of a cached node until its block's backward:
+    every member but BatchNorm's new statistics (held to the end of the step anyway) and a
+    multi-output op as a whole (its elements are held through their ``getitem``s, so an element
+    nothing reads is not kept)."""
+    if node.name in joint.buffer_writes:
+        return False
+    return is_alias(node) or len(output_tensors(node.meta.get("val"))) <= 1
 
 
 @dataclass
@@ -68,6 +81,31 @@ class Schedule:
         return sum(1 for _, copy in self.steps if copy > 0)
 
 
+def forward_order(g: "Graph", seq: Sequence[frozenset[int]]) -> list[fx.Node]:
+    """The forward phase: block by block, each in the traced order — unless that would change the
+    order in which random ops draw from the generator (dropouts in parallel branches split across
+    blocks), then the whole forward in the traced order, so that masks equal plain training's. The
+    DPs plan over lower sets that keep random ops in the traced order (:func:`rng_order_preds`), whose
+    forward phase is block by block."""
+    p: Program = g.program
+    block_of = {v: i for i, b in enumerate(lowerset.blocks(seq)) for v in b}
+    traced = [n for n in p.joint.forward if n.name in p.group]
+    by_block = sorted(traced, key=lambda n: block_of[p.group[n.name]])  # stable: traced order inside a block
+    random = [n for n in traced if is_random(n)]
+    return by_block if [n for n in by_block if is_random(n)] == random else traced
+
+
+def rng_order_preds(g: "Graph") -> tuple[tuple[int, ...], ...]:
+    """δ⁻ of every node plus, for each random node of V, the random node traced before it: lower sets
+    of this order are the ones whose blocks keep the generator's draws in the traced order."""
+    if g.program is None:
+        return g.preds
+    p: Program = g.program
+    randoms = [p.group[n.name] for n in p.joint.forward if n.name in p.group and is_random(n)]
+    extra = {v: u for u, v in zip(randoms, randoms[1:]) if u != v}
+    return tuple(tuple(sorted(set(ps) | ({extra[v]} if v in extra else set()))) for v, ps in enumerate(g.preds))
+
+
 def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
     """The canonical strategy of the lower-set sequence ``seq`` (see the module docstring)."""
     p: Program = g.program
@@ -94,9 +132,8 @@ def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
     for node in joint.forward:
         if node.name in p.group:
             by_block[block_of[p.group[node.name]]].append(node)
-    for node in joint.forward:  # in the traced order: random ops draw in the same order as eager
-        if node.name in p.group:
-            emit(node, 0, block_of[p.group[node.name]], frozenset())
+    for node in forward_order(g, seq):
+        emit(node, 0, block_of[p.group[node.name]], frozenset())
     backward_start = len(steps)
     owned: dict[int, list[fx.Node]] = {i: [] for i in range(1, k + 1)}
     blk_of: dict[str, int] = {}
@@ -117,5 +154,12 @@ def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
             emit(node, 0, i, fresh)
         if i < k:  # the cached boundary ∂(L_i) is kept until here
             cached = blocks[i - 1] - fresh
-            release[len(steps) - 1] = [(n.name, 0) for v in cached for n in p.members[v]]
+            # (a block without steps releases where the block above ended)
+            release.setdefault(len(steps) - 1, []).extend(
+                (n.name, 0) for v in cached for n in p.members[v] if held(n, joint))
+    # the prologue's values (computed from parameters and buffers alone) and BatchNorm's new statistics
+    # (which BatchNorm's backward reads) are held to the end: a few bytes, and then no block's memory
+    # depends on the blocks where their readers ran
+    release.setdefault(len(steps) - 1, []).extend(
+        [*((n.name, 0) for n in p.prologue if not is_alias(n)), *((name, 0) for name in joint.buffer_writes)])
     return Schedule(steps=steps, reads=reads, backward_start=backward_start, release=release, block=where)

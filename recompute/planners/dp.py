@@ -24,16 +24,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .. import lowerset
+from ..blockcost import BlockCosts, FamilyCosts, _pair_cost
 from ..graph import Graph
+from ..schedule import rng_order_preds
 from ..plan import InfeasibleBudget, Plan, register
 
-__all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family"]
+__all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family", "MEMORY_MODELS"]
+
+MEMORY_MODELS = ("simulator", *lowerset.MEMORY_MODELS)
 
 _INF = np.iinfo(np.int64).max // 4  # "no state"; far above any sum of byte counts we add to it
 
@@ -177,7 +182,7 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 @numba.njit(cache=True)
 def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, time,
-             budget, window_budget, quantum, row_len, most):  # fmt: skip
+             budget, window_budget, quantum, row_len, most, exact, pairs, known):  # fmt: skip
     """Fill opt[L, t] over the family (rows of ``bits``, sorted by (M(L), |L|), ∅ first, V last).
 
     States are stored per lower set as its Pareto frontier, ordered by decreasing m, in flat arrays
@@ -189,6 +194,8 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
     W(L′) − W(L) + c(L′) ≤ window_budget are looked at; in (W, |L|) order they form a contiguous run.
     (``msum`` holds W; the block term is W(L′) − W(L) plus ``hold`` summed over the newly cached
     boundary ∂(L′) \\ L: 0 for eq. 2, M_v − S_v for the liveness model, whose cached values are whole.)
+    With ``exact`` the block term is the simulator's B(L, L′) (:mod:`recompute.blockcost`, arguments
+    ``pairs``), memoised in ``known`` across runs; W(L′) − W(L) + c(L′) is then a lower bound of it.
 
     Returns the frontier arrays and ``next_budget``: the least eq. (2) term among the examined
     transitions from stored states that the budget rejected (every budget in [budget, next_budget)
@@ -239,7 +246,20 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
                         dm += mem[v]
                         dh += hold[v]
                         dt_bd += time[v]
-                fixed = msum[j] - msum[i] + cterm[j] + dh  # eq. (2) minus M(U_{i-1})
+                if exact:  # the simulator's block memory minus M(U_{i-1})
+                    lower = pt_m[stop[i] - 1] + msum[j] - msum[i] + cterm[j]  # least m + its lower bound
+                    if lower > budget:
+                        if lower < next_budget:
+                            next_budget = lower
+                        continue
+                    key = i * k + j
+                    if key in known:
+                        fixed = known[key]
+                    else:
+                        fixed = _pair_cost(i, j, *pairs)
+                        known[key] = fixed
+                else:
+                    fixed = msum[j] - msum[i] + cterm[j] + dh  # eq. (2) minus M(U_{i-1})
                 dt = np.int64(0) if j == k - 1 else (tsum[j] - tsum[i] - dt_bd + half) // quantum
                 # Frontier of L by decreasing m: the states within the budget are a suffix.
                 for q in range(stop[i] - 1, start[i] - 1, -1):
@@ -285,7 +305,7 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
 @dataclass
 class _Family:
     """A family of lower sets (by (W(L), |L|): ∅ first, V last) with the per-set costs the DP needs
-    under a memory model (``msum`` holds W)."""
+    under a memory model (``msum`` holds W; ``mem`` is what a cached node adds to M(U))."""
 
     g: Graph
     bits: np.ndarray
@@ -297,7 +317,10 @@ class _Family:
     bd_idx: np.ndarray
     mo_ptr: np.ndarray
     mo_idx: np.ndarray
+    mem: np.ndarray
     hold: np.ndarray
+    pairs: tuple | None = None  # the simulator's block costs (memory_model="simulator")
+    known: Any = None
 
     @classmethod
     def build(cls, g: Graph, bits: np.ndarray, memory_model: str = "paper") -> "_Family":
@@ -305,30 +328,77 @@ class _Family:
         set L′ can be reached from within a budget form a contiguous run of rows just before it.
 
         Eq. (2): W = 2 M, X = M, no extra, hold = 0. Liveness model (``lowerset.block_memory``):
-        W = X = S, extra = 2 max M, hold = M − S."""
+        W = X = S, extra = 2 max M, hold = M − S. Simulator (:mod:`recompute.blockcost`): the block
+        term is B(L, L′), M(U) sums the cache bytes K_v, and W(L′) − W(L) + c(L′) is the lower bound
+        of :func:`_simulator_bound`."""
         def csr(lists: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
             ptr = np.zeros(len(lists) + 1, np.int64)
             ptr[1:] = np.cumsum([len(x) for x in lists])
             idx = np.fromiter((u for x in lists for u in x), np.int64, count=int(ptr[-1]))
             return ptr, idx
 
+        blocks = None
         if memory_model == "paper":
             weight, inner, extra, hold = 2 * g.mem, g.mem, 0, np.zeros_like(g.mem)
         elif memory_model == "liveness":
             weight, inner, extra, hold = g.saved, g.saved, lowerset.gradient_allowance(g), g.mem - g.saved
+        elif memory_model == "simulator":
+            blocks = BlockCosts.of(g)
+            if blocks is None:
+                raise ValueError("memory_model='simulator': this graph's backward reads forward values the block "
+                                 "decomposition does not cover; plan it with memory_model='liveness'")
+            weight, inner, extra, hold = blocks.saved, np.zeros_like(g.mem), 0, np.zeros_like(g.mem)
         else:
-            raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(lowerset.MEMORY_MODELS)}")
+            raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(MEMORY_MODELS)}")
         member = _unpack(bits, g.n)
         order = np.lexsort((member.sum(axis=1), member @ weight))
         bits, contains = np.ascontiguousarray(bits[order]), _pack(member[order].T)
         costs = _set_costs(bits, g.mem, weight, inner, np.int64(extra), g.time, *csr(g.succs), *csr(g.preds))
-        return cls(g, bits, contains, *costs, hold=np.ascontiguousarray(hold))
+        fam = cls(g, bits, contains, *costs, mem=g.mem, hold=np.ascontiguousarray(hold))
+        if blocks is not None:
+            bd = np.zeros((len(bits), g.n), bool)
+            for r in range(len(bits)):
+                bd[r, fam.bd_idx[fam.bd_ptr[r]: fam.bd_ptr[r + 1]]] = True
+            pairs = blocks.family(bits, _pack(bd))
+            fam.cterm = _simulator_bound(g, blocks, member[order], bd, pairs)
+            fam.mem, fam.pairs = blocks.cache, pairs.kernel_args()
+            fam.known = _no_known()
+        return fam
 
     def __len__(self) -> int:
         return len(self.bits)
 
     def lower_set(self, r: int) -> frozenset[int]:
         return frozenset(map(int, np.flatnonzero(_unpack(self.bits[r : r + 1], self.g.n)[0])))
+
+
+_NO_PAIRS = FamilyCosts.empty().kernel_args()
+
+
+def _no_known() -> Any:
+    return numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
+
+
+def _simulator_bound(g: Graph, blocks: BlockCosts, member: np.ndarray, boundary: np.ndarray,
+                     pairs: FamilyCosts) -> np.ndarray:
+    """c(L′) with B(L, L′) ≥ S(L′ \\ L) + c(L′) (S: ``BlockCosts.saved``): once the block's backward
+    phase has a step, everything made before it that it or a later block reads is alive at its first
+    backward op, with the recomputed values that op's block reads. V′ holds a maximal node u of L′;
+    the phase has a step unless u is cached (u ∈ ∂(L′)) and owns no backward op, and for such *weak*
+    L′ (or V with such an output) only the constant bytes are certain."""
+    sizes = blocks.st_size[pairs.crossing_idx]
+    crossing = np.zeros(len(member), np.int64)
+    rows = np.repeat(np.arange(len(member)), np.diff(pairs.crossing_ptr))
+    np.add.at(crossing, rows, sizes)
+    succ = np.zeros((g.n, g.n), np.float32)
+    for u, ws in enumerate(g.succs):
+        succ[u, list(ws)] = 1.0
+    maximal = member & ((member.astype(np.float32) @ succ.T) == 0)
+    no_own = ~blocks.has_own
+    weak = (maximal & no_own & boundary).any(axis=1)
+    weak[-1] = (maximal[-1] & no_own).any()
+    full = blocks.constant + blocks.tangents + blocks.out_total + pairs.before + crossing
+    return np.where(weak, blocks.constant, full).astype(np.int64)
 
 
 @dataclass
@@ -357,8 +427,9 @@ def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool = False,
         row_len = g.total_time() // quantum + g.n // 2 + 2
     out = _dp_core(
         fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr, fam.mo_idx,
-        g.mem, fam.hold, g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
-        np.int64(quantum), row_len, most,
+        fam.mem, fam.hold, g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
+        np.int64(quantum), row_len, most, fam.pairs is not None, fam.pairs if fam.pairs is not None else _NO_PAIRS,
+        fam.known if fam.known is not None else _no_known(),
     )  # fmt: skip
     pt_t, _, pt_prev, pt_set, pt_peak, start, stop, next_budget = out
     last = len(fam) - 1
@@ -377,10 +448,12 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
 
     Feasibility is monotone in B, so this is a bisection on integers that jumps: a feasible run at B
     lowers ``hi`` to the eq. (2) peak of the strategy it found (≤ B), an infeasible one raises ``lo``
-    to the least rejected eq. (2) term (no smaller budget admits anything more). ``hi`` defaults to
-    vanilla's peak (the single transition ∅ → V: 2 M(V) for eq. 2); only pairs within ``hi`` are examined.
+    to the least rejected term (no smaller budget admits anything more). ``hi`` defaults to vanilla's
+    peak (the single transition ∅ → V: 2 M(V) for eq. 2); only pairs within ``hi`` are examined.
     """
-    hi = int(fam.msum[-1] + fam.cterm[-1]) if hi is None else hi
+    if hi is None:  # vanilla's peak: the single transition ∅ → V
+        last = len(fam) - 1
+        hi = int(_pair_cost(0, last, *fam.pairs)) if fam.pairs is not None else int(fam.msum[-1] + fam.cterm[-1])
     steps = 0
     while lo < hi:
         mid = (lo + hi) // 2
@@ -413,9 +486,11 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
         budget, info["search_runs"] = min_budget()
         info["min_budget"] = budget
     budget = int(budget)
-    # Quantise t to at most ~time_levels levels; Plan.overhead is recomputed exactly from the sequence.
+    # t is exact below time_levels; above, it is quantised, each of the ≤ #V transitions rounding Δt by
+    # at most quantum/2, so the plan's overhead is within #V·quantum of the optimum (reported).
     quantum = max(1, math.ceil(g.total_time() / time_levels))
     info["time_quantum"] = quantum
+    info["time_error_bound"] = 0 if quantum == 1 else g.n * quantum
     hint = _run(seed, budget, quantum=quantum) if seed is not None and strategy == "tc" else None
     if hint is not None and hint.seq is not None:
         # The seed's tc plan exists in fam with the same quantised t, so t* ≤ hint.t. Try caps
@@ -438,31 +513,63 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
                               memory_model=memory_model, **info)
 
 
-@register("exactdp", searches_budget=True)
+TIME_LEVELS = 1 << 20  # exact overheads for T(V) up to ~10⁶; beyond, an error ≤ #V/2²⁰ of T(V)
+
+
+def _memory_model(g: Graph, memory_model: str | None) -> str:
+    """The DPs' memory: ``"simulator"`` (default on a traced graph: B(L, L′) of
+    :mod:`recompute.blockcost`, so the plan's peak is the simulated — and measured — one), ``"paper"``
+    (eq. 2, the default on a graph built from edges) or ``"liveness"`` (its variant with the bytes
+    autograd keeps, :func:`recompute.lowerset.block_memory`)."""
+    if memory_model is None:
+        if g.program is None:
+            return "paper"
+        # a trace the block decomposition does not cover is planned with the liveness model and
+        # priced by the simulator afterwards (recompute.plan)
+        return "simulator" if BlockCosts.of(g) is not None else "liveness"
+    if memory_model not in MEMORY_MODELS:
+        raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(MEMORY_MODELS)}")
+    return memory_model
+
+
+def _order(g: Graph, memory_model: str) -> Graph:
+    """The graph whose lower sets the DP searches: G itself, or for the simulator G with random ops
+    chained in their traced order, whose canonical forward phase runs block by block
+    (:func:`recompute.schedule.forward_order`), as B(L, L′) assumes."""
+    if memory_model != "simulator":
+        return g
+    preds = rng_order_preds(g)
+    return g if preds == g.preds else Graph(preds, g.mem, g.time, g.names, g.ops, g.outputs)
+
+
+@register("exactdp", searches_budget=True, simulated=True)
 def exactdp(
     g: Graph,
     *,
     budget: int | None = None,
     strategy: str | None = None,
     max_lower_sets: int = 200_000,
-    time_levels: int = 2000,
-    memory_model: str = "paper",
+    time_levels: int = TIME_LEVELS,
+    memory_model: str | None = None,
 ) -> Plan:
     """Exact DP of §4.2 over all lower sets of G (time-centric ``tc`` or memory-centric ``mc``, §4.4).
 
     Raises :class:`TooManyLowerSets` when G has more than ``max_lower_sets`` lower sets. With
     ``budget=None`` the budget is the smallest one that admits a canonical strategy. approxdp's family
     {L_v} is a subfamily of all lower sets, so its answers bound the exact ones and prune the search.
-    ``memory_model`` is ``"paper"`` (eq. 2) or ``"liveness"`` (see :func:`recompute.lowerset.block_memory`).
+    ``memory_model``: see :func:`_memory_model`.
     """
-    fam = _Family.build(g, all_lower_sets(g, max_lower_sets), memory_model)
-    seed = _Family.build(g, pruned_family(g), memory_model)
+    memory_model = _memory_model(g, memory_model)
+    order = _order(g, memory_model)
+    fam = _Family.build(g, all_lower_sets(order, max_lower_sets), memory_model)
+    seed = _Family.build(g, pruned_family(order), memory_model)
     return _solve(g, fam, "exactdp", budget, strategy, time_levels, memory_model, seed=seed)
 
 
-@register("approxdp", searches_budget=True)
-def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = 2000,
-             memory_model: str = "paper") -> Plan:  # fmt: skip
+@register("approxdp", searches_budget=True, simulated=True)
+def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = TIME_LEVELS,
+             memory_model: str | None = None) -> Plan:  # fmt: skip
     """Approximate DP of §4.3 over the pruned family {L_v | v ∈ V} ∪ {∅, V} (``tc`` or ``mc``, §4.4)."""
-    fam = _Family.build(g, pruned_family(g), memory_model)
+    memory_model = _memory_model(g, memory_model)
+    fam = _Family.build(g, pruned_family(_order(g, memory_model)), memory_model)
     return _solve(g, fam, "approxdp", budget, strategy, time_levels, memory_model)
