@@ -254,7 +254,7 @@ class BlockCosts:
         crossing_ptr, crossing_idx, before = _crossing(bits, *self.arrays())
         member = _unpack_rows(bits, self.n)
         return FamilyCosts(self, bits, boundary, crossing_ptr, crossing_idx, before, member @ self.outs,
-                           _scratch(len(self.k_ptr) - 1, len(self.st_size)))
+                           _scratch(len(self.k_ptr) - 1, len(self.st_size), self.n))
 
     def peak(self, seq: Sequence[frozenset[int]], boundary: Sequence[frozenset[int]]) -> int:
         """max_i M(U_{i-1}) + B(L_{i-1}, L_i) for one sequence (``boundary[i]`` = ∂(L_i)): the
@@ -310,14 +310,14 @@ class FamilyCosts:
                            make_idx=z, read_ptr=z, read_idx=z, st_size=z, st_node=z, st_out=b, st_held=b, cache=z,
                            saved=z, outs=z, has_own=b, constant=0, tangents=0, out_total=0)
         bits = np.zeros((1, 1), np.uint64)
-        return cls(costs, bits, bits, np.zeros(2, np.int64), z, z, z, _scratch(1, 1))
+        return cls(costs, bits, bits, np.zeros(2, np.int64), z, z, z, _scratch(1, 1, 1))
 
 
-def _scratch(n_ops: int, n_st: int) -> tuple:
+def _scratch(n_ops: int, n_st: int, n: int) -> tuple:
     """Work arrays of :func:`_pair_cost`: a stamp, per op its stamp and step, the steps, the live-bytes
-    deltas, the (birth, death, bytes) events."""
+    deltas, the (birth, death, bytes) events, the block's nodes."""
     return (np.zeros(1, np.int64), np.full(n_ops, -1, np.int64), np.zeros(n_ops, np.int64), np.empty(n_ops, np.int64),
-            np.zeros(n_ops + 2, np.int64), np.empty((n_st + 16, 3), np.int64))
+            np.zeros(n_ops + 2, np.int64), np.empty((n_st + 16, 3), np.int64), np.empty(max(n, 1), np.int64))
 
 
 def _unpack_rows(bits: np.ndarray, n: int) -> np.ndarray:
@@ -413,10 +413,9 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
     both at once for the last block (j is the family's last row, V)."""
     (n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx, st_size,
      st_node, st_out, st_held, cache, outs, constant, tangents, out_total) = arrays
-    stamp_box, mark, step_of, steps, delta, events = scratch
+    stamp_box, mark, step_of, steps, delta, events, nodes = scratch
     n = fwd_ptr.shape[0] - 1
     last = j == bits.shape[0] - 1
-    nodes = np.empty(n, np.int64)
     nv = _block_nodes(bits, i, j, nodes)
     cached = np.int64(0)
     for a in range(nv):
@@ -434,7 +433,8 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
     f = m
     if last:
         m = _add_backward(i, nodes, nv, n, key_ptr, key_idx, k_ptr, k_idx, mark, stamp, steps, m, bits, True)
-    srt = np.sort(steps[:m])
+    srt = steps[:m]
+    srt.sort()
     for t in range(m):
         mark[srt[t]] = stamp
         step_of[srt[t]] = t
@@ -470,7 +470,8 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
     m = _add_backward(i, nodes, nv, n, key_ptr, key_idx, k_ptr, k_idx, mark, stamp, steps, m, bits, False)
     if m == 0:
         return fwd_peak
-    srt = np.sort(steps[:m])
+    srt = steps[:m]
+    srt.sort()
     for t in range(m):
         mark[srt[t]] = stamp
         step_of[srt[t]] = t

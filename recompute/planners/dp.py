@@ -181,7 +181,7 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, time,
+def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, weight, floor, time,
              budget, window_budget, quantum, row_len, most, exact, pairs, known):  # fmt: skip
     """Fill opt[L, t] over the family (rows of ``bits``, sorted by (M(L), |L|), ∅ first, V last).
 
@@ -239,15 +239,17 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
                 if start[i] == stop[i]:
                     continue  # unreachable within the budget
                 # ∂(L′) \ L: newly cached; ∂(L′) ∩ L is in ∂(L), already cached.
-                dm, dh, dt_bd = np.int64(0), np.int64(0), np.int64(0)
+                dm, dh, dt_bd, ds = np.int64(0), np.int64(0), np.int64(0), np.int64(0)
                 for e in range(bd_ptr[j], bd_ptr[j + 1]):
                     v = bd_idx[e]
                     if not _has(bits, i, v):
                         dm += mem[v]
                         dh += hold[v]
+                        ds += weight[v]
                         dt_bd += time[v]
                 if exact:  # the simulator's block memory minus M(U_{i-1})
-                    lower = pt_m[stop[i] - 1] + msum[j] - msum[i] + cterm[j]  # least m + its lower bound
+                    # least m + the bound: the cache of V′ is whole (K ≥ S) in the backward phase
+                    lower = pt_m[stop[i] - 1] + msum[j] - msum[i] + cterm[j] + (dm - ds if cterm[j] > floor else 0)
                     if lower > budget:
                         if lower < next_budget:
                             next_budget = lower
@@ -319,6 +321,8 @@ class _Family:
     mo_idx: np.ndarray
     mem: np.ndarray
     hold: np.ndarray
+    weight: np.ndarray  # W_v
+    floor: int = 0  # c(L′) of a weak L′ (simulator)
     pairs: tuple | None = None  # the simulator's block costs (memory_model="simulator")
     known: Any = None
 
@@ -354,14 +358,14 @@ class _Family:
         order = np.lexsort((member.sum(axis=1), member @ weight))
         bits, contains = np.ascontiguousarray(bits[order]), _pack(member[order].T)
         costs = _set_costs(bits, g.mem, weight, inner, np.int64(extra), g.time, *csr(g.succs), *csr(g.preds))
-        fam = cls(g, bits, contains, *costs, mem=g.mem, hold=np.ascontiguousarray(hold))
+        fam = cls(g, bits, contains, *costs, mem=g.mem, hold=np.ascontiguousarray(hold), weight=np.ascontiguousarray(weight))
         if blocks is not None:
             bd = np.zeros((len(bits), g.n), bool)
             for r in range(len(bits)):
                 bd[r, fam.bd_idx[fam.bd_ptr[r]: fam.bd_ptr[r + 1]]] = True
             pairs = blocks.family(bits, _pack(bd))
             fam.cterm = _simulator_bound(g, blocks, member[order], bd, pairs)
-            fam.mem, fam.pairs = blocks.cache, pairs.kernel_args()
+            fam.mem, fam.pairs, fam.floor = blocks.cache, pairs.kernel_args(), blocks.constant
             fam.known = _no_known()
         return fam
 
@@ -427,7 +431,7 @@ def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool = False,
         row_len = g.total_time() // quantum + g.n // 2 + 2
     out = _dp_core(
         fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr, fam.mo_idx,
-        fam.mem, fam.hold, g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
+        fam.mem, fam.hold, fam.weight, np.int64(fam.floor), g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
         np.int64(quantum), row_len, most, fam.pairs is not None, fam.pairs if fam.pairs is not None else _NO_PAIRS,
         fam.known if fam.known is not None else _no_known(),
     )  # fmt: skip
