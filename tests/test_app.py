@@ -171,7 +171,8 @@ def test_sweep_presets_compose():
     table1 = _compose(["experiment=table1"], hydra_cfg=True)
     params = table1.hydra.sweeper.params
     assert params.net.split(",") == PAPER_NETS
-    assert params.method.split(",") == ["vanilla", "chen", "approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc"]
+    assert params.method.split(",") == ["vanilla", "chen", "approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc",
+                                        "revolve", "chen_recursive"]
     assert table1.device == "fake"
     fig4 = _compose(["experiment=figure4_cpu", "net=pspnet"], hydra_cfg=True)
     assert fig4.device == "cpu" and fig4.logger.group == "figure4_cpu"
