@@ -27,7 +27,7 @@ from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
 
 __all__ = [
     "TABLE1_METHODS", "MULTI_METHODS", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
-    "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "max_batch_table", "max_batch_markdown",
+    "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "write_table1", "max_batch_table", "max_batch_markdown",
     "figure4_records", "figure4", "execute_notebook", "retention", "frame_markdown",
 ]
 
@@ -171,6 +171,21 @@ def table1_markdown(t: pd.DataFrame) -> str:
             + " | ".join(cells) + " | " + " / ".join("–" if pd.isna(s) else f"{s:.2f}" for s in solve) + " |"
         )
     return "\n".join(lines)
+
+
+def write_table1(df: pd.DataFrame, out: str | Path, stem: str = "table1", backend: str = "fake",
+                 memory_model: str = "liveness") -> pd.DataFrame:
+    """Table 1 of the records ``df`` as ``<out>/<stem>.csv`` (long form) and ``<stem>.md`` (the paper's
+    layout, titled); returns the long form. Only Table 1 is written, so ``python -m experiments.figures``
+    refreshes it from a store that holds the Table 1 sweep and nothing else."""
+    t = table1(df, paper_table1(), backend=backend, memory_model=memory_model)
+    out = Path(out)
+    t.to_csv(out / f"{stem}.csv", index=False, float_format="%.4f")
+    (out / f"{stem}.md").write_text(
+        f"Table 1 — peak memory incl. parameters, ours ({backend} backend, DP memory model `{memory_model}`) / "
+        "Kusumoto et al. (2019); (−x%) = reduction vs vanilla\n\n" + table1_markdown(t) + "\n"
+    )
+    return t
 
 
 def max_batch_table(df: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
@@ -356,3 +371,24 @@ def frame_markdown(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def main() -> None:
+    """``python -m experiments.figures``: Table 1 only, from a local store (the notebook writes everything)."""
+    import argparse
+
+    from . import results
+
+    parser = argparse.ArgumentParser(description="write <out>/table1.{md,csv} from the run records of a local store")
+    parser.add_argument("--results", default="results", help="the local results store")
+    parser.add_argument("--out", default="paper_figures")
+    parser.add_argument("--memory-model", default="liveness", choices=("liveness", "paper"))
+    args = parser.parse_args()
+    df = results.load(args.results)
+    require_records(df, args.results)
+    stem = "table1" if args.memory_model == "liveness" else f"table1_{args.memory_model}"
+    write_table1(df, args.out, stem, memory_model=args.memory_model)
+
+
+if __name__ == "__main__":
+    main()
