@@ -225,6 +225,13 @@ def test_record_fields(tmp_path):
     assert "skip" in runner.summary(rec) and "fake" in runner.summary(rec)
 
 
+def test_a_schedule_planner_runs_through_the_app(tmp_path):
+    rec = runner.measure_experiment(_experiment(tmp_path, "net=chain", "method=revolve"))
+    assert rec.status == Status.ok, rec.error
+    assert rec.measured_peak_bytes == rec.predicted_total_bytes < rec.vanilla_peak_bytes
+    assert rec.slots >= 3 and rec.recomputations > 0 and "slots / recomputations" in runner.summary(rec)
+
+
 def test_infeasible_budget_is_recorded(tmp_path):
     rec = runner.measure_experiment(_experiment(tmp_path, "net=chain", "method=approxdp_mc", "budget_gb=1e-9"))
     assert rec.status == Status.infeasible and rec.min_budget > 0
