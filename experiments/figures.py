@@ -382,12 +382,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="write <out>/table1.{md,csv} from the run records of a local store")
     parser.add_argument("--results", default="results", help="the local results store")
     parser.add_argument("--out", default="paper_figures")
+    parser.add_argument("--stem", default="table1", help="file name without extension")
     parser.add_argument("--memory-model", default="liveness", choices=("liveness", "paper"))
     args = parser.parse_args()
     df = results.load(args.results)
     require_records(df, args.results)
-    stem = "table1" if args.memory_model == "liveness" else f"table1_{args.memory_model}"
-    write_table1(df, args.out, stem, memory_model=args.memory_model)
+    write_table1(df, args.out, args.stem, memory_model=args.memory_model)
 
 
 if __name__ == "__main__":
