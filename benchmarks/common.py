@@ -35,12 +35,13 @@ def write_section(path: Path, marker: str, text: str) -> None:
     path.write_text(new)
 
 
-def net_method_args(doc: str, methods: Sequence[str]) -> argparse.Namespace:
-    """The command line of a per-network × method benchmark: ``--nets``, ``--methods``, ``--write``."""
+def net_method_args(doc: str, methods: Sequence[str], default_nets: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line of a per-network × method benchmark: ``--nets`` (default ``default_nets``, else
+    the paper's seven), ``--methods``, ``--write``."""
     from recompute import nets
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
+    parser.add_argument("--nets", nargs="+", default=list(default_nets or nets.names(paper_only=True)))
     parser.add_argument("--methods", nargs="+", default=list(methods), choices=list(methods))
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     return parser.parse_args()

@@ -100,6 +100,8 @@ class RunRecord:
     param_bytes: int | None = None
     # the plan
     k: int | None = None
+    slots: int | None = None  # the slot count c of a schedule planner (revolve, join_dp, chen_recursive)
+    recomputations: int | None = None  # op instances its schedule runs again
     min_budget: int | None = None
     predicted_peak_bytes: int | None = None
     predicted_total_bytes: int | None = None
@@ -135,6 +137,8 @@ class RunRecord:
     def set_plan(self, plan: recompute.Plan) -> None:
         """The planner's prediction (peak with parameters, overhead as a fraction of T(V)) and solve time."""
         self.k, self.min_budget, self.solve_seconds = plan.k, plan.info.get("min_budget"), plan.solve_seconds
+        if plan.schedule is not None:
+            self.slots, self.recomputations = plan.info.get("slots"), plan.schedule.recomputations()
         self.predicted_peak_bytes, self.predicted_overhead = int(plan.peak), int(plan.overhead)
         self.predicted_total_bytes = int(plan.peak) + (self.param_bytes or 0)
         self.overhead_fraction = plan.overhead / self.total_cost if self.total_cost else None

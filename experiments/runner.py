@@ -278,6 +278,8 @@ def summary(rec: RunRecord) -> str:
         ("overhead measured", frac(rec.time_overhead), t_src if tb else "-"),
         ("solve time", sec(rec.solve_seconds), "planner"),
     ]
+    if rec.slots is not None:
+        rows.insert(7, ("slots / recomputations", f"{rec.slots} / {rec.recomputations}", "schedule"))
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     head = (f"{rec.net} × {rec.method}  batch {rec.batch_size}, {rec.input_size}²  "

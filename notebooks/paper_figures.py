@@ -73,14 +73,8 @@ df.groupby(["memory_backend", "status"]).size()
 # %%
 def write_table1(memory_model: str, stem: str) -> pd.DataFrame:
     """Table 1 for one memory model as ``<stem>.csv`` (long form) and ``<stem>.md`` (the paper's layout)."""
-    t = figures.table1(df, figures.paper_table1(), backend=TABLE1_BACKEND, memory_model=memory_model)
-    t.to_csv(OUT / f"{stem}.csv", index=False, float_format="%.4f")
-    md = figures.table1_markdown(t)
-    (OUT / f"{stem}.md").write_text(
-        f"Table 1 — peak memory incl. parameters, ours ({TABLE1_BACKEND} backend, DP memory model `{memory_model}`) / "
-        "Kusumoto et al. (2019); (−x%) = reduction vs vanilla\n\n" + md + "\n"
-    )
-    display(Markdown(f"**DP memory model `{memory_model}`**\n\n" + md))
+    t = figures.write_table1(df, OUT, stem, backend=TABLE1_BACKEND, memory_model=memory_model)
+    display(Markdown(f"**DP memory model `{memory_model}`**\n\n" + figures.table1_markdown(t)))
     return t
 
 

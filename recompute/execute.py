@@ -173,15 +173,17 @@ class _Run(torch.autograd.Function):
 
 
 class Executor:
-    """Runs ``schedule`` (by default the canonical strategy of ``plan``); call it with the model's
-    inputs like the model itself."""
+    """Runs ``schedule`` (by default ``plan.schedule``, or the canonical strategy of ``plan`` when it
+    has none); call it with the model's inputs like the model itself."""
 
     def __init__(self, graph: Graph, plan: Plan, module: torch.nn.Module, schedule: Schedule | None = None):
         if graph.program is None:
             raise ValueError("this graph has no executable program: build it with recompute.trace(model, inputs)")
         self.graph, self.plan, self.module = graph, plan, module
         self.program: Program = graph.program
-        self.schedule = schedule if schedule is not None else canonical(graph, plan.lower_sets)
+        if schedule is None:
+            schedule = plan.schedule if plan.schedule is not None else canonical(graph, plan.lower_sets)
+        self.schedule = schedule
         self.program.buffers_inv = {fqn: name for name, fqn in self.program.buffers.items()}
         self.param_order = list(dict.fromkeys(self.program.params.values()))
         self.includes_loss = self.program.loss

@@ -223,19 +223,20 @@ class TripletSiamese(nn.Module):
     """Beaumont et al. (2020) §4's SNN: three branches of 2L conv blocks joined by a triplet loss
     (Hoffer & Ailon 2015), so the join graph has branches (2L, 2L, 2L) and the model returns a scalar.
 
-    ``shared=True`` (a siamese network proper) runs one encoder on the anchor, positive and negative
-    images; parameters are not nodes of the graph, so the three branches stay independent chains."""
+    ``shared=True`` (a siamese network proper) holds one encoder and runs it on the anchor, positive
+    and negative images; parameters are not nodes of the graph, so the three branches stay independent
+    chains (their weight gradients are summed). ``shared=False`` holds three encoders."""
 
     def __init__(self, L: int = 15, width: int = 64, in_channels: int = 3, embed: int = 128,
                  margin: float = 1.0, shared: bool = True) -> None:
         super().__init__()
         make = lambda: _Encoder(2 * L, in_channels, width, embed)  # noqa: E731
-        first = make()
-        self.encoders = nn.ModuleList([first] * 3 if shared else [first, make(), make()])
+        self.encoders = nn.ModuleList([make()] if shared else [make(), make(), make()])
         self.margin = margin
 
     def forward(self, anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
-        a, p, n = (enc(x) for enc, x in zip(self.encoders, (anchor, positive, negative)))
+        encoders = self.encoders if len(self.encoders) == 3 else [self.encoders[0]] * 3
+        a, p, n = (enc(x) for enc, x in zip(encoders, (anchor, positive, negative)))
         return nn.functional.triplet_margin_loss(a, p, n, margin=self.margin)
 
 

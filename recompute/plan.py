@@ -6,12 +6,15 @@ import importlib
 import inspect
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
 from .validate import check_budget, check_graph, check_method
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 __all__ = ["Plan", "PlannerSpec", "InfeasibleBudget", "register", "plan", "methods", "spec", "simulated_peak", "STRATEGIES"]
 
@@ -44,6 +47,9 @@ class Plan:
         info: method-specific facts (number of lower sets, time quantisation, search steps, …).
         memory_model: ``"simulator"``, ``"paper"`` (eq. 2) or ``"liveness"``
             (:func:`recompute.lowerset.block_memory`): what ``peak`` and ``budget`` are expressed in.
+        schedule: the executable schedule of a plan that is no canonical strategy (it recomputes
+            more than once: :mod:`recompute.planners.multirecompute`); such a plan carries the trivial
+            sequence [V] and the schedule says what runs. ``None`` for a lower-set plan.
     """
 
     method: str
@@ -56,6 +62,7 @@ class Plan:
     solve_seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     memory_model: str = "paper"
+    schedule: Schedule | None = None
 
     @classmethod
     def from_sequence(
@@ -127,6 +134,8 @@ class PlannerSpec:
             tightens the budget it gives the planner until the simulated peak fits the user's.
         simulated: on a traced graph its memory model is the simulator by default
             (``memory_model="simulator"``): its peak and budget already mean what runs.
+        schedules: it emits a :class:`~recompute.schedule.Schedule` priced by the simulator and
+            searches the budget itself: :func:`plan` gives it the user's budget as is.
     """
 
     name: str
@@ -134,19 +143,21 @@ class PlannerSpec:
     options: tuple[str, ...]
     searches_budget: bool
     simulated: bool = False
+    schedules: bool = False
 
 
 _REGISTRY: dict[str, PlannerSpec] = {}
 
 
-def register(name: str, *, searches_budget: bool = False, simulated: bool = False) -> Callable[[Planner], Planner]:
+def register(name: str, *, searches_budget: bool = False, simulated: bool = False,
+             schedules: bool = False) -> Callable[[Planner], Planner]:
     """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``; its
     options are read off its signature."""
 
     def deco(fn: Planner) -> Planner:
         params = inspect.signature(fn).parameters
         options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
-        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulated)
+        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulated, schedules)
         return fn
 
     return deco
@@ -167,11 +178,12 @@ def spec(method: str) -> PlannerSpec:
 
 
 def simulated_peak(graph: Graph, p: Plan) -> int:
-    """Exact peak (bytes) of the canonical schedule of ``p`` as :mod:`recompute.execute` runs it."""
+    """Exact peak (bytes) of the schedule of ``p`` (its canonical one for a lower-set plan) as
+    :mod:`recompute.execute` runs it."""
     from .schedule import canonical
     from .simulate import simulate
 
-    return simulate(graph.program, canonical(graph, p.lower_sets)).peak
+    return simulate(graph.program, p.schedule if p.schedule is not None else canonical(graph, p.lower_sets)).peak
 
 
 def plan(
@@ -191,14 +203,15 @@ def plan(
     On a traced graph (``recompute.trace``) the plan's ``peak`` is the simulator's: the exact peak of
     the schedule the executor runs (:mod:`recompute.simulate`), which is what ``measure`` reports;
     the planner's own memory model's value is kept in ``info["model_peak"]``, and a ``budget`` bounds
-    the simulated peak.
+    the simulated peak. Planners that emit schedules (``revolve``, ``chen_recursive``, ``join_dp``)
+    need a traced graph and price their schedules with the simulator themselves.
     """
     check_graph(graph)
     check_budget(budget)
     check_method(method, strategy, options)
     entry = spec(method)
     start = time.perf_counter()
-    if graph.program is None:
+    if graph.program is None or entry.schedules:
         result = entry.fn(graph, budget=budget, strategy=strategy, **options)
     else:
         result = _simulated(graph, entry, budget, strategy, options)

@@ -52,7 +52,8 @@ def _error_text(overrides: list[str]) -> str:
 def test_config_groups_cover_the_zoo_and_the_methods():
     assert not (CONF / "net").exists()  # the net group is registered from recompute.nets, the one list of nets
     assert set(METHODS) == {"vanilla", "chen", "chen_greedy", "exhaustive",
-                            "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc", "reforward", "reforward_linear"}
+                            "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc", "reforward", "reforward_linear",
+                            "revolve", "chen_recursive", "join_dp"}
 
 
 @pytest.mark.parametrize("net", nets.names())
@@ -170,7 +171,8 @@ def test_sweep_presets_compose():
     table1 = _compose(["experiment=table1"], hydra_cfg=True)
     params = table1.hydra.sweeper.params
     assert params.net.split(",") == PAPER_NETS
-    assert params.method.split(",") == ["vanilla", "chen", "approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc"]
+    assert params.method.split(",") == ["vanilla", "chen", "approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc",
+                                        "revolve", "chen_recursive"]
     assert table1.device == "fake"
     fig4 = _compose(["experiment=figure4_cpu", "net=pspnet"], hydra_cfg=True)
     assert fig4.device == "cpu" and fig4.logger.group == "figure4_cpu"
@@ -221,6 +223,13 @@ def test_record_fields(tmp_path):
     assert rec.time_overhead == pytest.approx(rec.seconds_per_iter / rec.vanilla_seconds_per_iter - 1)
     assert json.loads(json.dumps(rec.to_dict())) == rec.to_dict()  # the record is plain JSON
     assert "skip" in runner.summary(rec) and "fake" in runner.summary(rec)
+
+
+def test_a_schedule_planner_runs_through_the_app(tmp_path):
+    rec = runner.measure_experiment(_experiment(tmp_path, "net=chain", "method=revolve"))
+    assert rec.status == Status.ok, rec.error
+    assert rec.measured_peak_bytes == rec.predicted_total_bytes < rec.vanilla_peak_bytes
+    assert rec.slots >= 3 and rec.recomputations > 0 and "slots / recomputations" in runner.summary(rec)
 
 
 def test_infeasible_budget_is_recorded(tmp_path):

@@ -36,7 +36,7 @@ def test_join_nets_build_train_and_trace(name: str, inputs: int) -> None:
 def test_snn_branches_are_equal_and_weights_shared() -> None:
     model, xs = nets.build("snn", **TINY)
     enc = model.encoders
-    assert enc[0] is enc[1] is enc[2]
+    assert len(enc) == 1  # held once, run on the three inputs
     convs = sum(isinstance(m, torch.nn.Conv2d) for m in enc[0].modules())
     assert convs == 2  # 2L blocks at L = 1
     lengths = join_of(recompute.trace(model, xs)).lengths

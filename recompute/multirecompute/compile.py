@@ -58,6 +58,20 @@ def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
         block.append(blk)
         latest[node.name] = copy
 
+    waiting: list[tuple[fx.Node, int]] = []
+
+    def emit_backward(nodes: list[fx.Node], blk: int) -> None:
+        """Emit backward ops in the traced order, each once every op it reads has run: the sum of a
+        shared parameter's gradient over branches waits for the last branch's contribution."""
+        waiting.extend((n, blk) for n in sorted(nodes, key=lambda n: position[n.name]))
+        ready = True
+        while ready:
+            ready = next((w for w in waiting if all(a.name in latest or a.op == "placeholder"
+                                                    for a in w[0].all_input_nodes)), None)
+            if ready:
+                waiting.remove(ready)
+                emit(ready[0], ready[1], False)
+
     for node in p.prologue:
         emit(node, 0, False)
     for op in pebbles.ops:
@@ -65,15 +79,11 @@ def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
             for node in sorted(nodes_of(jm.head, forward_of), key=lambda n: position[n.name]):
                 emit(node, 0, True)
             backward_start = len(steps)
-            turn = [*backward_of.get(None, []), *nodes_of(jm.head, backward_of)]
-            for node in sorted(turn, key=lambda n: position[n.name]):
-                emit(node, 0, False)
+            emit_backward([*backward_of.get(None, []), *nodes_of(jm.head, backward_of)], 0)
             continue
         step = jm.branches[op.branch][op.step - 1]
         if op.kind is OpKind.B:
-            group = sorted(nodes_of(step.nodes, backward_of), key=lambda n: position[n.name])
-            for node in group:
-                emit(node, op.step, False)
+            emit_backward(nodes_of(step.nodes, backward_of), op.step)
         else:
             for node in sorted(nodes_of(step.nodes, forward_of), key=lambda n: position[n.name]):
                 emit(node, op.step, True)

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..graph import Graph
-from ..planners.chen import split_candidates
 from .schedule import BranchProfile, Profile
 
 if TYPE_CHECKING:
@@ -79,6 +78,8 @@ def _subgraph(g: Graph, nodes: list[int]) -> Graph:
 
 def _steps(g: Graph, nodes: Iterable[int], output: int) -> tuple[Step, ...]:
     """Cut the sub-graph on ``nodes`` (whose sink is ``output``) into steps at nested cut nodes."""
+    from ..planners.chen import split_candidates  # late: the planners package plans with this module
+
     keep = set(nodes)
     order = [v for v in g.topo_order if v in keep]
     sub = _subgraph(g, order)

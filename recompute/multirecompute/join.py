@@ -99,10 +99,13 @@ def makespans(lengths: Sequence[int], cmax: int, costs: Costs = Costs()) -> np.n
     return np.array(join_table(lengths, cmax, costs)[0][lengths])
 
 
-def join_dp(lengths: Sequence[int], slots: int, costs: Costs = Costs(), *, method: str = "join_dp") -> Schedule:
+def join_dp(lengths: Sequence[int], slots: int, costs: Costs = Costs(), *, method: str = "join_dp",
+            table_slots: int = 0) -> Schedule:
     """The optimal schedule of the join with branch lengths ``lengths`` in ``slots`` slots (Theorem 3.4).
 
-    Raises ValueError below :func:`c_min`.
+    ``table_slots`` (when above ``slots``) sizes the DP table: its rows c ≤ ``slots`` do not depend on
+    its size, so one cached table serves a search over every slot count up to it. Raises ValueError
+    below :func:`c_min`.
     """
     lengths = tuple(int(n) for n in lengths)
     if not lengths or min(lengths) < 0:
@@ -110,7 +113,7 @@ def join_dp(lengths: Sequence[int], slots: int, costs: Costs = Costs(), *, metho
     need = c_min(lengths)
     if slots < need:
         raise ValueError(f"a join of lengths {lengths} needs at least {need} slots (Theorem 3.3), got {slots}")
-    opt, arg_m, arg_j = join_table(lengths, slots, costs)
+    opt, arg_m, arg_j = join_table(lengths, max(slots, table_slots), costs)
     k = len(lengths)
     ops: list[Op] = []
     start = [0] * k
