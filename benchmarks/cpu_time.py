@@ -64,7 +64,7 @@ HEADERS = ["network", "batch × input", "method", "s / step (median)", "time vs 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--memory-model", default="liveness", choices=["paper", "liveness"])
+    parser.add_argument("--memory-model", default="simulator", choices=["simulator", "paper", "liveness"])
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iterations", type=int, default=7)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")

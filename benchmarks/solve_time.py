@@ -57,7 +57,7 @@ def run(net_names: list[str], model: str, repeats: int) -> list[list[object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
-    parser.add_argument("--memory-model", default="paper", choices=["paper", "liveness"])
+    parser.add_argument("--memory-model", default="paper", choices=["simulator", "paper", "liveness"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()

@@ -64,9 +64,10 @@ MEMORY_MODEL_PLANNERS = ("exactdp", "approxdp", "exhaustive")  # the planners th
 
 
 class MemoryModel(StrEnum):
-    """The DP planners' memory model (``recompute.lowerset.block_memory``): the paper's eq. (2), or
-    the liveness variant that counts what autograd really keeps."""
+    """The DP planners' memory model: the simulator itself (``recompute.blockcost``: the plan's peak is
+    the measured one), the paper's eq. (2), or its liveness variant (``recompute.lowerset.block_memory``)."""
 
+    simulator = "simulator"
     paper = "paper"
     liveness = "liveness"
 
@@ -142,7 +143,7 @@ class AppConfig:
     input_size: int = "${net.input_size}"  # type: ignore[assignment]
     device: Device = Device.auto
     cost_model: CostModel = CostModel.paper
-    memory_model: MemoryModel = MemoryModel.liveness  # used by the DP planners (exactdp, approxdp, exhaustive)
+    memory_model: MemoryModel = MemoryModel.simulator  # used by the DP planners (exactdp, approxdp, exhaustive)
     budget_gb: Optional[float] = None  # None: the planner's smallest feasible budget
     device_memory_gb: Optional[float] = None  # a cap: runs predicted/measured above it are status=oom
     iterations: int = 3

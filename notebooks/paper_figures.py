@@ -51,7 +51,7 @@ OUT = Path(os.environ.get("PAPER_FIGURES_OUT", "paper_figures"))
 DEVICE_GB = float(os.environ.get("PAPER_FIGURES_DEVICE_GB", "11.4"))
 TABLE1_BACKEND = os.environ.get("PAPER_FIGURES_TABLE1_BACKEND", "fake")
 TIME_BACKEND = os.environ.get("PAPER_FIGURES_TIME_BACKEND", "cpu")
-MEMORY_MODEL = os.environ.get("PAPER_FIGURES_MEMORY_MODEL", "liveness")
+MEMORY_MODEL = os.environ.get("PAPER_FIGURES_MEMORY_MODEL", "simulator")
 
 df = results.load(RESULTS, source=SOURCE, project=PROJECT, entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"))
 STORE = RESULTS if SOURCE == "local" else f"W&B project {PROJECT}"

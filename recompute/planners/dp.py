@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numba
 import numpy as np
@@ -536,6 +536,17 @@ def _memory_model(g: Graph, memory_model: str | None) -> str:
     return memory_model
 
 
+def _family(g: Graph, memory_model: str, sets: Callable[[], np.ndarray], key: tuple) -> _Family:
+    """The family ``sets()`` under ``memory_model``; on a traced graph kept on its program, so that the
+    simulator's block costs, once computed, serve every later solve (other budgets, strategies)."""
+    if g.program is None:
+        return _Family.build(g, sets(), memory_model)
+    families = g.program.__dict__.setdefault("dp_families", {})
+    if (memory_model, *key) not in families:
+        families[(memory_model, *key)] = _Family.build(g, sets(), memory_model)
+    return families[(memory_model, *key)]
+
+
 def _order(g: Graph, memory_model: str) -> Graph:
     """The graph whose lower sets the DP searches: G itself, or for the simulator G with random ops
     chained in their traced order, whose canonical forward phase runs block by block
@@ -565,8 +576,8 @@ def exactdp(
     """
     memory_model = _memory_model(g, memory_model)
     order = _order(g, memory_model)
-    fam = _Family.build(g, all_lower_sets(order, max_lower_sets), memory_model)
-    seed = _Family.build(g, pruned_family(order), memory_model)
+    fam = _family(g, memory_model, lambda: all_lower_sets(order, max_lower_sets), ("all", max_lower_sets))
+    seed = _family(g, memory_model, lambda: pruned_family(order), ("pruned",))
     return _solve(g, fam, "exactdp", budget, strategy, time_levels, memory_model, seed=seed)
 
 
@@ -575,5 +586,5 @@ def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None
              memory_model: str | None = None) -> Plan:  # fmt: skip
     """Approximate DP of §4.3 over the pruned family {L_v | v ∈ V} ∪ {∅, V} (``tc`` or ``mc``, §4.4)."""
     memory_model = _memory_model(g, memory_model)
-    fam = _Family.build(g, pruned_family(_order(g, memory_model)), memory_model)
+    fam = _family(g, memory_model, lambda: pruned_family(_order(g, memory_model)), ("pruned",))
     return _solve(g, fam, "approxdp", budget, strategy, time_levels, memory_model)
