@@ -36,6 +36,8 @@ import torch
 import torch.fx as fx
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 import recompute
 from recompute.graph import Graph
@@ -60,17 +62,50 @@ def paper_rows() -> dict[str, dict[str, float]]:
 # Their optimization graph
 
 
-def _in_place(node: fx.Node) -> bool:
-    """Whether the op behind a functionalised node wrote into its first input (``relu_``, ``add_``):
-    torch.export keeps the op it replaced in the node's ``from_node`` provenance."""
-    stack = list(node.meta.get("from_node") or [])
-    while stack:
-        src = stack.pop()
-        parts = str(src.target).split(".")
-        if len(parts) > 1 and parts[1].endswith("_") and not parts[1].endswith("__"):
-            return True
-        stack.extend(getattr(src, "from_node", None) or [])
-    return False
+class _Dispatched(TorchDispatchMode):
+    """The ops of a forward pass that depend on its inputs, in the order they run, by name as called
+    (``relu_`` for an in-place ReLU: the functional joint graph has lost that)."""
+
+    def __init__(self, inputs: list[torch.Tensor]):
+        super().__init__()
+        self.live = {id(x) for x in inputs}
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        out = func(*args, **(kwargs or {}))
+        flat = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        if any(id(a) in self.live for a in flat):
+            self.live.update(id(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+            if not func.is_view:
+                self.ops.append(func._schema.name.removeprefix("aten::"))
+        return out
+
+
+def _in_place_nodes(g: Graph) -> set[int]:
+    """Nodes of V made by an op that wrote into its first input in the model's own forward (``relu_``,
+    ``out += identity``): one forward on FakeTensors records the ops as called, and the k-th node of
+    an op in V is the k-th call of that op or of its in-place form."""
+    prog = g.program
+    specs = [prog.joint.node(name).meta["val"] for name in prog.user_inputs]
+    model = prog.module
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        xs = [torch.empty(v.shape, dtype=v.dtype) for v in specs]
+        buffers = {k: mode.from_tensor(b) for k, b in model.named_buffers(remove_duplicate=False)}
+        with torch.no_grad(), _Dispatched(xs) as record:
+            torch.func.functional_call(model, buffers, tuple(xs), strict=False)
+    calls: dict[str, list[bool]] = {}
+    for name in record.ops:
+        calls.setdefault(name.rstrip("_"), []).append(name.endswith("_") and not name.endswith("__"))
+    seen: dict[str, int] = {}
+    out = set()
+    for v in range(g.n):  # V is numbered in the traced order
+        node = prog.members[v][0]
+        base = node.target._schema.name.removeprefix("aten::") if hasattr(node.target, "_schema") else ""
+        k = seen.get(base, 0)
+        seen[base] = k + 1
+        if k < len(calls.get(base, ())) and calls[base][k]:
+            out.add(v)
+    return out
 
 
 def tensor_graph(g: Graph) -> tuple[Graph, list[list[int]]]:
@@ -80,10 +115,11 @@ def tensor_graph(g: Graph) -> tuple[Graph, list[list[int]]]:
     its nodes of ``g``."""
     prog = g.program
     rep = list(range(g.n))
+    in_place = _in_place_nodes(g)
     for v in g.topo_order:  # the overwritten node comes first, so its representative is final
         node = prog.members[v][0]
         base = node.args[0] if node.args else None
-        if _in_place(node) and isinstance(base, fx.Node) and base.name in prog.group:
+        if v in in_place and isinstance(base, fx.Node) and base.name in prog.group:
             rep[v] = rep[prog.group[base.name]]
     keep = sorted(set(rep))
     index = {r: i for i, r in enumerate(keep)}
