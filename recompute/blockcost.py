@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from .graph import Graph
 
-__all__ = ["BlockCosts"]
+__all__ = ["BlockCosts", "FamilyCosts", "pack_rows", "unpack_rows"]
 
 _FWD, _BWD = 0, 1
 
@@ -56,7 +56,7 @@ def _csr(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, idx
 
 
-def _pack_rows(member: np.ndarray) -> np.ndarray:
+def pack_rows(member: np.ndarray) -> np.ndarray:
     """(K, n) booleans → (K, W) uint64 bitsets (bit v & 63 of word v >> 6)."""
     k, n = member.shape
     w = max(1, (n + 63) // 64)
@@ -252,7 +252,7 @@ class BlockCosts:
         """Per-set terms for a family of lower sets (packed bitsets, ∅ first and V last) and their
         boundaries ∂(L)."""
         crossing_ptr, crossing_idx, before = _crossing(bits, *self.arrays())
-        member = _unpack_rows(bits, self.n)
+        member = unpack_rows(bits, self.n)
         return FamilyCosts(self, bits, boundary, crossing_ptr, crossing_idx, before, member @ self.outs,
                            _scratch(len(self.k_ptr) - 1, len(self.st_size), self.n))
 
@@ -264,7 +264,7 @@ class BlockCosts:
         for r, (lower, b) in enumerate(zip(seq, boundary), 1):
             member[r, list(lower)] = True
             bd[r, list(b)] = True
-        fam = self.family(_pack_rows(member), _pack_rows(bd))
+        fam = self.family(pack_rows(member), pack_rows(bd))
         m, best, lower = 0, 0, frozenset()
         for r in range(1, len(seq) + 1):
             best = max(best, m + fam.cost(r - 1, r))
@@ -320,7 +320,8 @@ def _scratch(n_ops: int, n_st: int, n: int) -> tuple:
             np.zeros(n_ops + 2, np.int64), np.empty((n_st + 16, 3), np.int64), np.empty(max(n, 1), np.int64))
 
 
-def _unpack_rows(bits: np.ndarray, n: int) -> np.ndarray:
+def unpack_rows(bits: np.ndarray, n: int) -> np.ndarray:
+    """(K, W) uint64 bitsets → (K, n) booleans."""
     return np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :n].astype(bool)
 
 

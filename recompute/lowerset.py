@@ -26,6 +26,7 @@ __all__ = [
     "pruned_lower_sets",
     "gradient_allowance",
     "MEMORY_MODELS",
+    "DP_MEMORY_MODELS",
 ]
 
 NodeSet = AbstractSet[int]
@@ -103,6 +104,7 @@ def _m(g: Graph, s: Iterable[int]) -> int:
 
 
 MEMORY_MODELS = ("paper", "liveness")
+DP_MEMORY_MODELS = ("simulator", *MEMORY_MODELS)  # the DPs' choices: the simulator's block costs, or a formula
 
 
 def _s(g: Graph, s: Iterable[int]) -> int:

@@ -22,7 +22,7 @@ from .graph import Graph
 __all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_method", "check_cost_model"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
-_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": lowerset.MEMORY_MODELS}
+_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": lowerset.DP_MEMORY_MODELS}
 
 
 def _describe(value: Any) -> str:

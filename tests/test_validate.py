@@ -95,7 +95,7 @@ def test_numeric_budgets_are_accepted(chain):
     (dict(method="exactdp", memroy_model="paper"), TypeError,
      "planner 'exactdp' has no option 'memroy_model'; its options: max_lower_sets, time_levels, memory_model"),
     (dict(method="chen", memory_model="paper"), TypeError, "planner 'chen' has no option 'memory_model'; its options: none"),
-    (dict(method="exactdp", memory_model="lively"), ValueError, "memory_model='lively'; choose one of paper, liveness"),
+    (dict(method="exactdp", memory_model="lively"), ValueError, "memory_model='lively'; choose one of simulator, paper, liveness"),
     (dict(method="exactdp", time_levels="many"), TypeError, "time_levels='many' is a str 'many'; expected type int"),
     (dict(method="exactdp", max_lower_sets=1.5), TypeError, "max_lower_sets=1.5 .* expected type int"),
     (dict(method="approxdp", time_levels=0), ValueError, "time_levels=0; must be a positive integer"),

@@ -31,14 +31,14 @@ import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .. import lowerset
-from ..blockcost import BlockCosts, FamilyCosts, _pair_cost
+from ..blockcost import BlockCosts, FamilyCosts, _pair_cost, pack_rows, unpack_rows
 from ..graph import Graph
 from ..schedule import rng_order_preds
 from ..plan import InfeasibleBudget, Plan, register
 
 __all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family", "MEMORY_MODELS"]
 
-MEMORY_MODELS = ("simulator", *lowerset.MEMORY_MODELS)
+MEMORY_MODELS = lowerset.DP_MEMORY_MODELS
 
 _INF = np.iinfo(np.int64).max // 4  # "no state"; far above any sum of byte counts we add to it
 
@@ -62,20 +62,6 @@ def _words(n: int) -> int:
     return max(1, (n + 63) // 64)
 
 
-def _pack(member: np.ndarray) -> np.ndarray:
-    """(K, n) booleans → (K, W) uint64 bitsets."""
-    k, n = member.shape
-    w = _words(n)
-    padded = np.zeros((k, w * 64), dtype=bool)
-    padded[:, :n] = member
-    return np.packbits(padded, axis=1, bitorder="little").view(np.uint64)
-
-
-def _unpack(bits: np.ndarray, n: int) -> np.ndarray:
-    """(K, W) uint64 bitsets → (K, n) booleans."""
-    return np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :n].astype(bool)
-
-
 def all_lower_sets(g: Graph, max_lower_sets: int = 200_000) -> np.ndarray:
     """Every lower set of G as packed bitsets, by size (∅ first, V last).
 
@@ -90,7 +76,7 @@ def all_lower_sets(g: Graph, max_lower_sets: int = 200_000) -> np.ndarray:
     level = np.zeros((1, _words(n)), dtype=np.uint64)
     levels, count = [level], 1
     for size in range(n):
-        member = _unpack(level, n)
+        member = unpack_rows(level, n)
         # v is addable to L iff v ∉ L and all its predecessors are in L (counts are exact in float32).
         addable = ~member & (member.astype(np.float32) @ pred == n_preds)
         rows, nodes = np.nonzero(addable)
@@ -107,7 +93,7 @@ def all_lower_sets(g: Graph, max_lower_sets: int = 200_000) -> np.ndarray:
 def pruned_family(g: Graph) -> np.ndarray:
     """{L_v | v ∈ V} ∪ {∅, V} of §4.3 as packed bitsets."""
     member = np.vstack([np.zeros((1, g.n), bool), g.ancestors_mask(), np.ones((1, g.n), bool)])
-    return _pack(np.unique(member, axis=0))  # L_v = V for a node every other node reaches
+    return pack_rows(np.unique(member, axis=0))  # L_v = V for a node every other node reaches
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -354,16 +340,16 @@ class _Family:
             weight, inner, extra, hold = blocks.saved, np.zeros_like(g.mem), 0, np.zeros_like(g.mem)
         else:
             raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(MEMORY_MODELS)}")
-        member = _unpack(bits, g.n)
+        member = unpack_rows(bits, g.n)
         order = np.lexsort((member.sum(axis=1), member @ weight))
-        bits, contains = np.ascontiguousarray(bits[order]), _pack(member[order].T)
+        bits, contains = np.ascontiguousarray(bits[order]), pack_rows(member[order].T)
         costs = _set_costs(bits, g.mem, weight, inner, np.int64(extra), g.time, *csr(g.succs), *csr(g.preds))
         fam = cls(g, bits, contains, *costs, mem=g.mem, hold=np.ascontiguousarray(hold), weight=np.ascontiguousarray(weight))
         if blocks is not None:
             bd = np.zeros((len(bits), g.n), bool)
             for r in range(len(bits)):
                 bd[r, fam.bd_idx[fam.bd_ptr[r]: fam.bd_ptr[r + 1]]] = True
-            pairs = blocks.family(bits, _pack(bd))
+            pairs = blocks.family(bits, pack_rows(bd))
             fam.cterm = _simulator_bound(g, blocks, member[order], bd, pairs)
             fam.mem, fam.pairs, fam.floor = blocks.cache, pairs.kernel_args(), blocks.constant
             fam.known = _no_known()
@@ -373,7 +359,7 @@ class _Family:
         return len(self.bits)
 
     def lower_set(self, r: int) -> frozenset[int]:
-        return frozenset(map(int, np.flatnonzero(_unpack(self.bits[r : r + 1], self.g.n)[0])))
+        return frozenset(map(int, np.flatnonzero(unpack_rows(self.bits[r : r + 1], self.g.n)[0])))
 
 
 _NO_PAIRS = FamilyCosts.empty().kernel_args()

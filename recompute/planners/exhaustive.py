@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 from .. import lowerset
+from ..blockcost import BlockCosts, pack_rows
 from ..graph import Graph
+from ..schedule import rng_order_preds
 from ..plan import InfeasibleBudget, Plan, register
 
 __all__ = ["exhaustive", "lower_sets", "GraphTooLarge", "MAX_NODES"]
@@ -40,14 +44,16 @@ def lower_sets(g: Graph) -> list[frozenset[int]]:
     return out
 
 
-@register("exhaustive", searches_budget=True)
+@register("exhaustive", searches_budget=True, simulated=True)
 def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None,
-               memory_model: str = "paper", max_nodes: int = MAX_NODES) -> Plan:  # fmt: skip
+               memory_model: str | None = None, max_nodes: int = MAX_NODES) -> Plan:  # fmt: skip
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.
 
-    ``budget=None`` uses the smallest budget B* for which a canonical strategy exists. The peak is
-    eq. (2) or its liveness variant (``memory_model``, see :func:`recompute.lowerset.block_memory`).
-    Graphs of more than ``max_nodes`` nodes raise :class:`GraphTooLarge` before any search.
+    ``budget=None`` uses the smallest budget B* for which a canonical strategy exists. The peak is the
+    simulator's (``memory_model="simulator"``, the default on a traced graph: blocks priced by
+    :mod:`recompute.blockcost`, lower sets that keep random ops in the traced order), eq. (2) or its
+    liveness variant (see :func:`recompute.lowerset.block_memory`). Graphs of more than ``max_nodes``
+    nodes raise :class:`GraphTooLarge` before any search.
     """
     if g.n > max_nodes:
         raise GraphTooLarge(
@@ -57,11 +63,28 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
     strategy = strategy or "tc"
     if strategy not in ("tc", "mc"):
         raise ValueError(f"exhaustive: unknown strategy {strategy!r}; use 'tc' or 'mc'")
+    memory_model = memory_model or ("simulator" if g.program is not None else "paper")
     everything = g.nodes
-    lowers = lower_sets(g)
+    simulator = memory_model == "simulator"
+    lowers = lower_sets(Graph(rng_order_preds(g), g.mem, g.time, g.names, g.ops, g.outputs) if simulator else g)
     liveness = memory_model == "liveness"
+    if simulator:
+        blocks = BlockCosts.of(g)
+        if blocks is None:
+            raise ValueError("exhaustive: this graph's backward reads forward values the block decomposition does "
+                             "not cover; use memory_model='liveness'")
+        row = {s: r for r, s in enumerate(lowers)}  # ∅ first, V last
+        member = np.zeros((len(lowers), g.n), bool)
+        bd = np.zeros_like(member)
+        for r, s in enumerate(lowers):
+            member[r, list(s)] = True
+            bd[r, list(lowerset.boundary(g, s))] = True
+        family = blocks.family(pack_rows(member), pack_rows(bd))
     # vanilla's peak (2 M(V) for eq. 2) admits every sequence
-    limit = lowerset.peak(g, [everything], memory_model) if budget is None else int(budget)
+    if budget is not None:
+        limit = int(budget)
+    else:
+        limit = family.cost(0, len(lowers) - 1) if simulator else lowerset.peak(g, [everything], memory_model)
 
     def mem(s: frozenset[int]) -> int:
         return sum(int(g.mem[v]) for v in s)
@@ -71,16 +94,18 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
 
     @lru_cache(maxsize=None)
     def step(lower: frozenset[int], upper: frozenset[int]) -> tuple[int, int, int]:
-        """Block V′ = L′ \\ L: (eq. (2) term without M(U), new cached memory, overhead)."""
+        """Block V′ = L′ \\ L: (its memory without M(U), new cached memory, overhead)."""
         block = upper - lower
         above = lowerset.delta_plus(g, upper) - upper
         bd = lowerset.boundary(g, upper)
+        t = 0 if upper == everything else sum(int(g.time[v]) for v in block - bd)
+        if simulator:
+            return family.cost(row[lower], row[upper]), int(blocks.cache[sorted(bd - lower)].sum()), t
         if liveness:
             term = (mem(bd - lower) + saved(block - bd) + mem(above) + saved(lowerset.delta_minus(g, above) - upper)
                     + lowerset.gradient_allowance(g))
         else:
             term = 2 * mem(block) + mem(above) + mem(lowerset.delta_minus(g, above) - upper)
-        t = 0 if upper == everything else sum(int(g.time[v]) for v in block - bd)
         return term, mem(bd - lower), t
 
     # Iterative DFS over states (L, t, m, p); ``parent`` keeps the first way each state was reached.
