@@ -181,7 +181,7 @@ class Executor:
             raise ValueError("this graph has no executable program: build it with recompute.trace(model, inputs)")
         self.graph, self.plan, self.module = graph, plan, module
         self.program: Program = graph.program
-        self.schedule = schedule if schedule is not None else canonical(graph, plan.lower_sets)
+        self.schedule = schedule if schedule is not None else (plan.schedule or canonical(graph, plan.lower_sets))
         self.program.buffers_inv = {fqn: name for name, fqn in self.program.buffers.items()}
         self.param_order = list(dict.fromkeys(self.program.params.values()))
         self.includes_loss = self.program.loss

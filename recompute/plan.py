@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from . import lowerset
 from .graph import Graph
+from .schedule import Schedule
 from .validate import check_budget, check_graph, check_method
 
 __all__ = ["Plan", "PlannerSpec", "InfeasibleBudget", "register", "plan", "methods", "spec", "simulated_peak", "STRATEGIES"]
@@ -43,6 +44,8 @@ class Plan:
         info: method-specific facts (number of lower sets, time quantisation, search steps, …).
         memory_model: ``"simulator"``, ``"paper"`` (eq. 2) or ``"liveness"``
             (:func:`recompute.lowerset.block_memory`): what ``peak`` and ``budget`` are expressed in.
+        schedule: the program to run where the planner wrote one itself (recomputing a value more
+            than once); ``None``: the canonical strategy of ``lower_sets``.
     """
 
     method: str
@@ -55,6 +58,7 @@ class Plan:
     solve_seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     memory_model: str = "paper"
+    schedule: Schedule | None = field(default=None, repr=False)
 
     @classmethod
     def from_sequence(
@@ -117,25 +121,28 @@ class PlannerSpec:
         options: the keyword options it accepts besides ``budget`` and ``strategy``.
         searches_budget: its plans depend on the budget (the DPs): on a traced graph, :func:`plan`
             tightens the budget it gives the planner until the simulated peak fits the user's.
+        simulates: on a traced graph the planner itself prices its plan with the simulator and fits
+            the budget (its ``peak`` is already the simulated one): :func:`plan` calls it as is.
     """
 
     name: str
     fn: Planner
     options: tuple[str, ...]
     searches_budget: bool
+    simulates: bool = False
 
 
 _REGISTRY: dict[str, PlannerSpec] = {}
 
 
-def register(name: str, *, searches_budget: bool = False) -> Callable[[Planner], Planner]:
+def register(name: str, *, searches_budget: bool = False, simulates: bool = False) -> Callable[[Planner], Planner]:
     """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``; its
     options are read off its signature."""
 
     def deco(fn: Planner) -> Planner:
         params = inspect.signature(fn).parameters
         options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
-        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget)
+        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulates)
         return fn
 
     return deco
@@ -156,11 +163,11 @@ def spec(method: str) -> PlannerSpec:
 
 
 def simulated_peak(graph: Graph, p: Plan) -> int:
-    """Exact peak (bytes) of the canonical schedule of ``p`` as :mod:`recompute.execute` runs it."""
+    """Exact peak (bytes) of the schedule of ``p`` (by default its canonical one) as :mod:`recompute.execute` runs it."""
     from .schedule import canonical
     from .simulate import simulate
 
-    return simulate(graph.program, canonical(graph, p.lower_sets)).peak
+    return simulate(graph.program, p.schedule or canonical(graph, p.lower_sets)).peak
 
 
 def plan(
@@ -187,7 +194,7 @@ def plan(
     check_method(method, strategy, options)
     entry = spec(method)
     start = time.perf_counter()
-    if graph.program is None:
+    if graph.program is None or entry.simulates:
         result = entry.fn(graph, budget=budget, strategy=strategy, **options)
     else:
         result = _simulated(graph, entry, budget, strategy, options)
