@@ -358,6 +358,7 @@ class Solution:
         mip_gap: HiGHS's relative gap between the two.
         seconds: wall time of HiGHS.
         variables, rows: size of the program.
+        least_peak: it minimised the peak (no budget): ``bound`` bounds the peak, not the overhead.
     """
 
     status: str
@@ -369,6 +370,7 @@ class Solution:
     seconds: float
     variables: int
     rows: int
+    least_peak: bool
 
 
 def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: float, relax: bool = False) -> Solution:
@@ -393,7 +395,7 @@ def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: floa
     return Solution(
         status=_STATUS.get(res.status, "error"), R=x[prog.r] > 0.5, S=x[prog.s] > 0.5, objective=float(res.fun) * unit,
         bound=float(bound if bound is not None else res.fun) * unit, mip_gap=float(getattr(res, "mip_gap", 0.0) or 0.0),
-        seconds=seconds, variables=prog.size[0], rows=prog.size[1],
+        seconds=seconds, variables=prog.size[0], rows=prog.size[1], least_peak=budget is None,
     )
 
 
@@ -473,10 +475,15 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
         except (NoSolution, InfeasibleBudget):
             if best is not None:
                 break
-            if budget is not None or not solves:
+            if budget is None and solves:
+                sol = solves[0]
+            elif g.program is not None and attempt == 0:  # the model overprices: try its least peak
+                sol = _solve(pb, None, time_limit, mip_rel_gap)
+                model_budget = int(stage_memory(pb, sol.R, sol.S).max())
+            else:
                 raise
-            sol = solves[0]
-        solves.append(sol)
+        if not any(x is sol for x in solves):
+            solves.append(sol)
         got = _Candidate.price(g, pb, sol, model_budget, total)
         if budget is None or got.peak <= budget:
             best = got if best is None or got.overhead < best.overhead else best
@@ -498,7 +505,7 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
     if best is None:
         raise InfeasibleBudget("milp", budget, None)
     sol = best.solution
-    bound = max(0.0, sol.bound - total) if budget is not None or len(solves) > 1 and sol is not solves[0] else 0.0
+    bound = 0.0 if sol.least_peak else max(0.0, sol.bound - total)
     info.update(
         status=sol.status, objective=best.overhead, bound=bound,
         gap=(best.overhead - bound) / best.overhead if best.overhead else 0.0, mip_gap=sol.mip_gap,
