@@ -14,6 +14,8 @@ nodes in order, then its backward ops as event n). Constraints:
 * dependencies (Checkmate eq. 1b): R[t, v] ≤ R[t, u] + S[t, u] for every edge (u, v);
 * keeping (eq. 1c): S[t+1, v] ≤ R[t, v] + S[t, v]; and R[t, v] + S[t, v] ≤ 1 (one copy at a time);
 * the backward ops of stage t read the values N_t (what they read of V): R[t, i] + S[t, i] ≥ 1;
+* a value neither read in a backward stage nor an ancestor of one read there or later is neither
+  computed nor kept there (a bound that only removes useless schedules);
 * freeing: FREE[t, i, k] ≤ R[t, k], ≤ 1 - S[t+1, i] and ≤ 1 - R[t, j] for every successor j > k of i.
   Checkmate also forces FREE to 1 when all three hold; freeing only lowers U, so we keep the upper
   bounds alone (a solution that leaves a dead value unfreed is still a correct, pessimistic one);
@@ -303,6 +305,14 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     hi[f[:n][(pk[None, :] > fwd[:, None])]] = 0
     hi[f[n:][pb.needs[:, pi]]] = 0  # a value the backward ops read is not freed before them
     hi[f[:, pb.pinned[pi]]] = 0
+    # a value is of use in backward stage n + s only while it or a descendant is read at s or later
+    below = np.eye(n, dtype=bool)
+    for v in range(n):
+        for w in pb.preds[v]:
+            below[v] |= below[w]
+    useful = np.logical_or.accumulate((pb.needs.astype(np.int64) @ below > 0)[::-1], axis=0)[::-1]
+    hi[r[n:][~useful]] = 0
+    hi[s[n:][~useful & ~pb.pinned[None, :]]] = 0
     g_base = np.concatenate([np.zeros(n), pb.grad_base]) / scale
     g_peak = np.concatenate([np.zeros(n), pb.grad_peak]) / scale
     rows = _Rows()
