@@ -11,20 +11,21 @@ or a successor of i), and U[t, k], the bytes alive while stage t computes its k-
 nodes in order, then its backward ops as event n). Constraints:
 
 * frontier: R[t, t] = 1 and R[t, v] = 0 for v > t in forward stages; S[t, v] = 0 for v ≥ t there;
-* dependencies (Checkmate eq. 1b): R[t, v] ≤ R[t, u] + S[t, u] for every edge (u, v);
-* keeping (eq. 1c): S[t+1, v] ≤ R[t, v] + S[t, v]; and R[t, v] + S[t, v] ≤ 1 (one copy at a time);
+* dependencies: R[t, v] ≤ R[t, u] + S[t, u] for every edge (u, v);
+* keeping: S[t+1, v] ≤ R[t, v] + S[t, v]; and R[t, v] + S[t, v] ≤ 1 (one copy at a time);
 * the backward ops of stage t read the values N_t (what they read of V): R[t, i] + S[t, i] ≥ 1;
 * a value neither read in a backward stage nor an ancestor of one read there or later is neither
   computed nor kept there (a bound that only removes useless schedules);
 * freeing: FREE[t, i, k] ≤ R[t, k], ≤ 1 - S[t+1, i] and ≤ 1 - R[t, j] for every successor j > k of i.
   Checkmate also forces FREE to 1 when all three hold; freeing only lowers U, so we keep the upper
   bounds alone (a solution that leaves a dead value unfreed is still a correct, pessimistic one);
-* memory (eq. 2): U[t, 0] = Σ_i S[t, i] M_i + R[t, 0] M_0 and
+* memory: U[t, 0] = Σ_i S[t, i] M_i + R[t, 0] M_0 and
   U[t, k] = U[t, k-1] - Σ_i FREE[t, i, k-1] M_i + R[t, k] M_k;
 * peak: U[t, k] + G_t ≤ B for k < n and U[t, n] + G'_t ≤ B, with G_t the gradient bytes alive while
   stage t recomputes and G'_t those at the peak of its backward ops (both fixed by the backward order).
 
-Objective (eq. 1a): Σ_t Σ_v T_v R[t, v]; ``overhead`` is that minus T(V), the work done twice.
+Objective (Checkmate's: the cost of every computation): Σ_t Σ_v T_v R[t, v]; ``overhead`` is that
+minus T(V), the work done twice (Kusumoto's eq. (1) for a canonical strategy).
 Without a budget the program first minimises the peak (the overhead as a tie-break of weight
 10⁻⁶ M(V) in all), then the overhead at that peak.
 
@@ -458,7 +459,7 @@ def _schedule(g: Graph, pb: Problem, R: np.ndarray) -> Schedule:
 @register("milp", simulates=True)
 def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_limit: float = 60.0,
          max_nodes: int = 60, mip_rel_gap: float = 1e-4, retries: int = 4) -> Plan:  # fmt: skip
-    """The least recomputation (eq. 1a) whose peak fits ``budget``, over every schedule of the stages
+    """The least recomputation (Σ T_v R[t, v]) whose peak fits ``budget``, over every schedule of the stages
     (see the module docstring); ``budget=None``: the smallest peak, then the least overhead at it.
 
     ``time_limit`` bounds each HiGHS solve (seconds); the plan keeps HiGHS's status, its bound and
