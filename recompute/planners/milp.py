@@ -43,8 +43,8 @@ that does not are known); the plan is the least overhead that fits (``info["milp
 
 Coarsening. A graph with more than ``max_nodes`` nodes is coarsened first: a node whose only
 predecessor has it as only successor, and directly precedes it in the order, is merged into it,
-cheapest pair (fewest bytes) first, until ``max_nodes`` remain or no chain is left
-(``info["coarsened_from"]``, ``info["coarsened_to"]``). A merged chain is one variable: computed,
+cheapest pair (fewest bytes) first; when no chain is left, the cheapest two neighbours in the order
+are merged; until ``max_nodes`` remain (``info["coarsened_from"]``, ``info["coarsened_to"]``). A merged chain is one variable: computed,
 kept and freed whole (its bytes are the sum of its nodes'), so the coarse optimum is an upper bound
 on the fine one.
 """
@@ -121,7 +121,9 @@ class Problem:
 
 
 def coarsen(g: Graph, max_nodes: int | None) -> list[tuple[int, ...]]:
-    """Runs of consecutive nodes of ``g.topo_order`` (chains) merged until at most ``max_nodes`` remain."""
+    """Runs of consecutive nodes of ``g.topo_order`` merged until at most ``max_nodes`` remain: chains
+    first, then any two neighbours in the order (a run of a topological order is convex: the coarse
+    graph stays a DAG)."""
     runs = [[v] for v in g.topo_order]
     if max_nodes is None or g.n <= max_nodes:
         return [tuple(r) for r in runs]
@@ -134,10 +136,8 @@ def coarsen(g: Graph, max_nodes: int | None) -> list[tuple[int, ...]]:
         return outside_b == {a[-1]} and outside_a == {b[0]} and set(g.preds[b[0]]) == {a[-1]}
 
     while len(runs) > max_nodes:
-        cands = [(mem[i] + mem[i + 1], i) for i in range(len(runs) - 1) if chained(runs[i], runs[i + 1])]
-        if not cands:
-            break
-        _, i = min(cands)
+        pairs = [(mem[i] + mem[i + 1], i) for i in range(len(runs) - 1)]
+        _, i = min([c for c in pairs if chained(runs[c[1]], runs[c[1] + 1])] or pairs)
         runs[i:i + 2] = [runs[i] + runs[i + 1]]
         mem[i:i + 2] = [mem[i] + mem[i + 1]]
     return [tuple(r) for r in runs]
