@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -471,7 +471,7 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
         raise ValueError("milp: takes no strategy (it minimises the overhead within the budget)")
     pb = problem(g, max_nodes)
     total = g.total_time()
-    info: dict = {"coarsened_from": g.n, "coarsened_to": pb.n, "time_limit": time_limit}
+    info: dict[str, Any] = {"coarsened_from": g.n, "coarsened_to": pb.n, "time_limit": time_limit}
     solves: list[Solution] = []
     model_budget = budget
     if budget is None:  # the least peak, then (if HiGHS finds one in time) the least overhead at it
