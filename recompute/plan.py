@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from . import lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
+from .schedule import Schedule
 from .validate import check_budget, check_graph, check_method
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class Plan:
     solve_seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     memory_model: str = "paper"
-    schedule: Schedule | None = None
+    schedule: Schedule | None = field(default=None, repr=False)
 
     @classmethod
     def from_sequence(
@@ -132,32 +133,32 @@ class PlannerSpec:
         options: the keyword options it accepts besides ``budget`` and ``strategy``.
         searches_budget: its plans depend on the budget (the DPs): on a traced graph, :func:`plan`
             tightens the budget it gives the planner until the simulated peak fits the user's.
-        simulated: on a traced graph its memory model is the simulator by default
+        simulator_default: on a traced graph its memory model is the simulator by default
             (``memory_model="simulator"``): its peak and budget already mean what runs.
-        schedules: it emits a :class:`~recompute.schedule.Schedule` priced by the simulator and
-            searches the budget itself: :func:`plan` gives it the user's budget as is.
+        simulates: on a traced graph the planner itself prices its plan with the simulator and fits
+            the budget (its ``peak`` is already the simulated one): :func:`plan` calls it as is.
     """
 
     name: str
     fn: Planner
     options: tuple[str, ...]
     searches_budget: bool
-    simulated: bool = False
-    schedules: bool = False
+    simulator_default: bool = False
+    simulates: bool = False
 
 
 _REGISTRY: dict[str, PlannerSpec] = {}
 
 
-def register(name: str, *, searches_budget: bool = False, simulated: bool = False,
-             schedules: bool = False) -> Callable[[Planner], Planner]:
+def register(name: str, *, searches_budget: bool = False, simulator_default: bool = False,
+             simulates: bool = False) -> Callable[[Planner], Planner]:
     """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``; its
     options are read off its signature."""
 
     def deco(fn: Planner) -> Planner:
         params = inspect.signature(fn).parameters
         options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
-        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulated, schedules)
+        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulator_default, simulates)
         return fn
 
     return deco
@@ -211,7 +212,7 @@ def plan(
     check_method(method, strategy, options)
     entry = spec(method)
     start = time.perf_counter()
-    if graph.program is None or entry.schedules:
+    if graph.program is None or entry.simulates:
         result = entry.fn(graph, budget=budget, strategy=strategy, **options)
     else:
         result = _simulated(graph, entry, budget, strategy, options)
@@ -233,7 +234,7 @@ def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: s
         p.budget = budget
         return p
 
-    if entry.simulated and options.get("memory_model") in (None, "simulator"):
+    if entry.simulator_default and options.get("memory_model") in (None, "simulator"):
         if BlockCosts.of(graph) is not None:
             return solve(budget)
         options = {**options, "memory_model": "liveness"}  # not decomposable: plan, then price (below)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .joint import JointProgram
     from .trace import Program
 
-__all__ = ["Instance", "Schedule", "canonical", "forward_order", "rng_order_preds", "is_alias", "held"]
+__all__ = ["Instance", "Schedule", "Writer", "canonical", "forward_order", "rng_order_preds", "is_alias", "held"]
 
 Instance = tuple[str, int]
 
@@ -79,6 +79,27 @@ class Schedule:
     def recomputations(self) -> int:
         """How many op instances run more than once."""
         return sum(1 for _, copy in self.steps if copy > 0)
+
+
+class Writer:
+    """Writes a schedule op by op: every op reads the latest copy of each of its inputs, and a forward
+    op written again (``new=True``) becomes its next copy, a recomputation."""
+
+    def __init__(self) -> None:
+        self.steps: list[Instance] = []
+        self.reads: list[tuple[Instance, ...]] = []
+        self.block: list[int] = []
+        self.latest: dict[str, int] = {}
+
+    def emit(self, node: fx.Node, blk: int, new: bool) -> None:
+        copy = self.latest[node.name] + 1 if new and node.name in self.latest else 0
+        self.reads.append(tuple((a.name, self.latest.get(a.name, 0)) for a in node.all_input_nodes))
+        self.steps.append((node.name, copy))
+        self.block.append(blk)
+        self.latest[node.name] = copy
+
+    def schedule(self, backward_start: int) -> Schedule:
+        return Schedule(steps=self.steps, reads=self.reads, backward_start=backward_start, block=self.block)
 
 
 def forward_order(g: "Graph", seq: Sequence[frozenset[int]]) -> list[fx.Node]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch.fx as fx
 
 from ..fxnodes import is_random
-from ..schedule import Instance, Schedule
+from ..schedule import Schedule, Writer
 from .graphmap import JoinMap
 from .schedule import OpKind
 from .schedule import Schedule as PebbleSchedule
@@ -45,18 +45,9 @@ def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
     def nodes_of(vs: tuple[int, ...], table: dict) -> list[fx.Node]:
         return [n for v in vs for n in table.get(v, [])]
 
-    latest: dict[str, int] = {}
-    steps: list[Instance] = []
-    reads: list[tuple[Instance, ...]] = []
-    block: list[int] = []
+    out = Writer()
+    emit = out.emit
     backward_start: int | None = None
-
-    def emit(node: fx.Node, blk: int, new_copy: bool) -> None:
-        copy = latest[node.name] + 1 if new_copy and node.name in latest else 0
-        reads.append(tuple((a.name, latest.get(a.name, 0)) for a in node.all_input_nodes))
-        steps.append((node.name, copy))
-        block.append(blk)
-        latest[node.name] = copy
 
     waiting: list[tuple[fx.Node, int]] = []
 
@@ -66,7 +57,7 @@ def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
         waiting.extend((n, blk) for n in sorted(nodes, key=lambda n: position[n.name]))
         ready = True
         while ready:
-            ready = next((w for w in waiting if all(a.name in latest or a.op == "placeholder"
+            ready = next((w for w in waiting if all(a.name in out.latest or a.op == "placeholder"
                                                     for a in w[0].all_input_nodes)), None)
             if ready:
                 waiting.remove(ready)
@@ -78,7 +69,7 @@ def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
         if op.kind is OpKind.TURN:
             for node in sorted(nodes_of(jm.head, forward_of), key=lambda n: position[n.name]):
                 emit(node, 0, True)
-            backward_start = len(steps)
+            backward_start = len(out.steps)
             emit_backward([*backward_of.get(None, []), *nodes_of(jm.head, backward_of)], 0)
             continue
         step = jm.branches[op.branch][op.step - 1]
@@ -89,10 +80,10 @@ def to_schedule(g: "Graph", jm: JoinMap, pebbles: PebbleSchedule) -> Schedule:
                 emit(node, op.step, True)
     if backward_start is None:
         raise ValueError("the pebble schedule has no turn: nothing starts the backward pass")
-    missing = {n.name for n in joint.forward + joint.backward} - {name for name, _ in steps} - {
+    missing = {n.name for n in joint.forward + joint.backward} - {name for name, _ in out.steps} - {
         n.name for n in p.prologue}
     if missing:
         raise ValueError(f"the pebble schedule leaves {len(missing)} ops of the step out, e.g. {sorted(missing)[:3]}")
-    if any(c > 0 for name, c in steps[:backward_start] if is_random(joint.node(name))):
+    if any(c > 0 for name, c in out.steps[:backward_start] if is_random(joint.node(name))):
         raise ValueError("a random op is recomputed before the turn; its generator state cannot be replayed there")
-    return Schedule(steps=steps, reads=reads, backward_start=backward_start, block=block)
+    return out.schedule(backward_start)

@@ -543,7 +543,7 @@ def _order(g: Graph, memory_model: str) -> Graph:
     return g if preds == g.preds else Graph(preds, g.mem, g.time, g.names, g.ops, g.outputs)
 
 
-@register("exactdp", searches_budget=True, simulated=True)
+@register("exactdp", searches_budget=True, simulator_default=True)
 def exactdp(
     g: Graph,
     *,
@@ -567,7 +567,7 @@ def exactdp(
     return _solve(g, fam, "exactdp", budget, strategy, time_levels, memory_model, seed=seed)
 
 
-@register("approxdp", searches_budget=True, simulated=True)
+@register("approxdp", searches_budget=True, simulator_default=True)
 def approxdp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_levels: int = TIME_LEVELS,
              memory_model: str | None = None) -> Plan:  # fmt: skip
     """Approximate DP of §4.3 over the pruned family {L_v | v ∈ V} ∪ {∅, V} (``tc`` or ``mc``, §4.4)."""

@@ -44,7 +44,7 @@ def lower_sets(g: Graph) -> list[frozenset[int]]:
     return out
 
 
-@register("exhaustive", searches_budget=True, simulated=True)
+@register("exhaustive", searches_budget=True, simulator_default=True)
 def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = None,
                memory_model: str | None = None, max_nodes: int = MAX_NODES) -> Plan:  # fmt: skip
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.

@@ -81,7 +81,7 @@ def _slot_range(lengths: tuple[int, ...], slots: int | None) -> range:
     return range(slots, slots + 1) if slots is not None else range(c_min(lengths), c_opt(lengths) + 1)
 
 
-@register("revolve", schedules=True)
+@register("revolve", simulates=True)
 def revolve(g: Graph, *, budget: int | None = None, strategy: str | None = None, slots: int | None = None) -> Plan:
     """Revolve (Opt0 of Griewank & Walther) on the chain of ``g``'s articulation steps, uniform step
     costs. ``slots`` fixes c; by default every c from 3 to ℓ + 1 is priced (see the module docstring):
@@ -91,7 +91,7 @@ def revolve(g: Graph, *, budget: int | None = None, strategy: str | None = None,
     return _search(g, jm, lambda c: revolve_schedule(jm.lengths[0], c), _slot_range(jm.lengths, slots), budget)
 
 
-@register("join_dp", schedules=True)
+@register("join_dp", simulates=True)
 def join_dp(g: Graph, *, budget: int | None = None, strategy: str | None = None, slots: int | None = None) -> Plan:
     """Beaumont et al.'s optimal join DP (Theorem 3.4) on ``g`` as a join of one branch per input,
     uniform step costs. ``slots`` fixes c; by default every c from c_min to C_opt is priced (see the
@@ -103,7 +103,7 @@ def join_dp(g: Graph, *, budget: int | None = None, strategy: str | None = None,
                    budget)
 
 
-@register("chen_recursive", schedules=True)
+@register("chen_recursive", simulates=True)
 def chen_recursive(g: Graph, *, budget: int | None = None, strategy: str | None = None, k: int = 1) -> Plan:
     """Chen et al.'s recursion (§4.4, g(n) = k·log_{k+1} n) on the chain of ``g``'s articulation
     steps, storing ``k`` values per level. ``budget`` is only checked against the simulated peak."""

@@ -1,0 +1,555 @@
+"""``milp``: optimal rematerialization as a mixed-integer program (Checkmate, Jain et al., MLSys 2020).
+
+Stages. The nodes of V are numbered 0 … n-1 in topological order (``graph.topo_order``, the traced
+order on a traced graph). Stage t < n is forward stage t: it computes node t. Stage n + s is the
+backward stage of node n-1-s (nodes are differentiated from last to first): it may recompute any
+node, then runs the backward ops of its node. There are T = 2n stages.
+
+Variables (Checkmate §4): R[t, v] = 1 when stage t computes v, S[t, v] = 1 when v is kept from stage
+t-1 into stage t, FREE[t, i, k] = 1 when value i dies right after stage t computes k (k is i itself
+or a successor of i), and U[t, k], the bytes alive while stage t computes its k-th event (the n
+nodes in order, then its backward ops as event n). Constraints:
+
+* frontier: R[t, t] = 1 and R[t, v] = 0 for v > t in forward stages; S[t, v] = 0 for v ≥ t there;
+* dependencies: R[t, v] ≤ R[t, u] + S[t, u] for every edge (u, v);
+* keeping: S[t+1, v] ≤ R[t, v] + S[t, v]; and R[t, v] + S[t, v] ≤ 1 (one copy at a time);
+* the backward ops of stage t read the values N_t (what they read of V): R[t, i] + S[t, i] ≥ 1;
+* a value neither read in a backward stage nor an ancestor of one read there or later is neither
+  computed nor kept there (a bound that only removes useless schedules);
+* freeing: FREE[t, i, k] ≤ R[t, k], ≤ 1 - S[t+1, i] and ≤ 1 - R[t, j] for every successor j > k of i.
+  Checkmate also forces FREE to 1 when all three hold; freeing only lowers U, so we keep the upper
+  bounds alone (a solution that leaves a dead value unfreed is still a correct, pessimistic one);
+* memory: U[t, 0] = Σ_i S[t, i] M_i + R[t, 0] M_0 and
+  U[t, k] = U[t, k-1] - Σ_i FREE[t, i, k-1] M_i + R[t, k] M_k;
+* peak: U[t, k] + G_t ≤ B for k < n and U[t, n] + G'_t ≤ B, with G_t the gradient bytes alive while
+  stage t recomputes and G'_t those at the peak of its backward ops (both fixed by the backward order).
+
+Objective (Checkmate's: the cost of every computation): Σ_t Σ_v T_v R[t, v]; ``overhead`` is that
+minus T(V), the work done twice (Kusumoto's eq. (1) for a canonical strategy).
+Without a budget the program first minimises the peak (the overhead as a tie-break of weight
+10⁻⁶ M(V) in all), then the overhead at that peak.
+
+Pricing. On a graph built from edges M_v and T_v are the graph's, the backward ops of v read
+δ⁻(v) ∪ {v}, and the gradient of v (M_v bytes) lives from the backward stage of its first
+differentiated successor (of the backward start for an output) to the end of v's. On a traced graph
+every number comes from the joint program: M_v is the bytes of all outputs of v's op, N_t what the
+backward ops of stage t read (through views), and G_t, G'_t the simulator's bytes of the backward
+values alone (:mod:`recompute.simulate` replays the backward ops in stage order; forward and
+backward values add up). The model counts a multi-output op whole and ignores the BatchNorm
+statistics held to the end of the forward phase; the plan's ``peak`` is the simulator's exact peak
+of the schedule that runs. The program's budget is then moved by the simulated excess (or slack)
+and the program solved again, up to ``retries`` times (bisecting once a budget that fits and one
+that does not are known); the plan is the least overhead that fits (``info["milp_budget"]``).
+
+Coarsening. A graph with more than ``max_nodes`` nodes is coarsened first: a node whose only
+predecessor has it as only successor, and directly precedes it in the order, is merged into it,
+cheapest pair (fewest bytes) first; when no chain is left, the cheapest two neighbours in the order
+are merged; until ``max_nodes`` remain (``info["coarsened_from"]``, ``info["coarsened_to"]``). A merged chain is one variable: computed,
+kept and freed whole (its bytes are the sum of its nodes'), so the coarse optimum is an upper bound
+on the fine one.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import Bounds, LinearConstraint, milp as highs_milp
+
+from ..fxnodes import is_random, output_tensors
+from ..graph import Graph
+from ..plan import InfeasibleBudget, Plan, register
+from ..schedule import Schedule, Writer, is_alias
+from ..simulate import simulate
+
+if TYPE_CHECKING:
+    import torch.fx as fx
+
+__all__ = ["milp", "lp_bound", "Problem", "problem", "coarsen", "stage_memory", "NoSolution"]
+
+_TIE = 1e-6  # without a budget: the overhead's weight beside the peak (a fraction of M(V) in all)
+_STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded", 4: "error"}
+
+
+class NoSolution(RuntimeError):
+    """HiGHS stopped (time limit) before it found any schedule within the budget."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One instance of the program, over (coarse) nodes 0 … n-1 in stage order.
+
+    Attributes:
+        groups: for each coarse node, its nodes of V (a run of consecutive nodes of the order).
+        preds: δ⁻ of each coarse node (smaller indices).
+        mem: M_c in bytes.
+        time: T_c in cost units.
+        needs: (n, n) booleans; row s: the values the backward ops of backward stage n + s read.
+        grad_base: (n,) bytes of backward values alive while backward stage n + s recomputes (G_t).
+        grad_peak: (n,) bytes of backward values at the peak of its backward ops (G'_t).
+        pinned: values that live to the end of the step (the step's outputs): kept once computed.
+        fixed: nodes that draw random numbers: never recomputed in the forward phase.
+        stage_ops: on a traced graph, the backward fx ops of each backward stage in run order.
+    """
+
+    groups: tuple[tuple[int, ...], ...]
+    preds: tuple[tuple[int, ...], ...]
+    mem: np.ndarray
+    time: np.ndarray
+    needs: np.ndarray
+    grad_base: np.ndarray
+    grad_peak: np.ndarray
+    pinned: np.ndarray
+    fixed: np.ndarray
+    stage_ops: tuple[tuple[str, ...], ...] | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.groups)
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """E as arrays (u, v)."""
+        pairs = [(u, v) for v, ps in enumerate(self.preds) for u in ps]
+        arr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        return arr[:, 0], arr[:, 1]
+
+
+# --- coarsening ------------------------------------------------------------------------------------
+
+
+def coarsen(g: Graph, max_nodes: int | None) -> list[tuple[int, ...]]:
+    """Runs of consecutive nodes of ``g.topo_order`` merged until at most ``max_nodes`` remain: chains
+    first, then any two neighbours in the order (a run of a topological order is convex: the coarse
+    graph stays a DAG)."""
+    runs = [[v] for v in g.topo_order]
+    if max_nodes is None or g.n <= max_nodes:
+        return [tuple(r) for r in runs]
+    mem = [int(g.mem[v]) for v in g.topo_order]
+
+    def chained(a: list[int], b: list[int]) -> bool:
+        """b's only predecessor outside b is a's last node, and that node's only successor is b's first."""
+        outside_b = {u for v in b for u in g.preds[v]} - set(b)
+        outside_a = {w for v in a for w in g.succs[v]} - set(a)
+        return outside_b == {a[-1]} and outside_a == {b[0]} and set(g.preds[b[0]]) == {a[-1]}
+
+    while len(runs) > max_nodes:
+        pairs = [(mem[i] + mem[i + 1], i) for i in range(len(runs) - 1)]
+        _, i = min([c for c in pairs if chained(runs[c[1]], runs[c[1] + 1])] or pairs)
+        runs[i:i + 2] = [runs[i] + runs[i + 1]]
+        mem[i:i + 2] = [mem[i] + mem[i + 1]]
+    return [tuple(r) for r in runs]
+
+
+# --- the instance ----------------------------------------------------------------------------------
+
+
+def problem(g: Graph, max_nodes: int | None = None) -> Problem:
+    """The program's data for ``g`` (coarsened to ``max_nodes``), priced as the module docstring says."""
+    groups = coarsen(g, max_nodes)
+    n = len(groups)
+    where = np.empty(g.n, dtype=np.int64)
+    for c, grp in enumerate(groups):
+        where[list(grp)] = c
+    preds = tuple(tuple(sorted({int(where[u]) for v in grp for u in g.preds[v]} - {c})) for c, grp in enumerate(groups))
+    time = np.array([int(g.time[list(grp)].sum()) for grp in groups], dtype=np.int64)
+    pinned = np.zeros(n, dtype=bool)
+    pinned[where[list(g.outputs)]] = True
+    fixed = np.zeros(n, dtype=bool)
+    common = {"groups": tuple(groups), "preds": preds, "time": time, "pinned": pinned}
+    if g.program is None:
+        mem = np.array([int(g.mem[list(grp)].sum()) for grp in groups], dtype=np.int64)
+        needs = np.zeros((n, n), dtype=bool)
+        for c, grp in enumerate(groups):
+            needs[n - 1 - c, [c, *preds[c]]] = True
+        # gradient of v: from the stage of its first differentiated successor (outputs: the start) to v's
+        stage = n - 1 - where  # backward stage index s of each node of V
+        born = np.array([min((stage[w] for w in g.succs[v]), default=-1) for v in range(g.n)])
+        s = np.arange(n)[:, None]
+        base = ((born[None, :] < s) & (s <= stage[None, :])) @ g.mem
+        peak = ((born[None, :] <= s) & (s <= stage[None, :])) @ g.mem
+        return Problem(mem=mem, needs=needs, grad_base=base, grad_peak=peak, fixed=fixed, **common)
+    return _traced(g, where, fixed, common)
+
+
+def _bytes(node: "fx.Node") -> int:
+    return 0 if is_alias(node) else sum(t.numel() * t.element_size() for _, t in output_tensors(node.meta.get("val")))
+
+
+def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Problem:
+    """Prices from the joint program: op outputs, backward reads, and the backward values' liveness."""
+    p = g.program
+    joint = p.joint
+    n = len(common["groups"])
+    mem = np.zeros(n, dtype=np.int64)
+    for v, nodes in enumerate(p.members):
+        mem[where[v]] += sum(_bytes(x) for x in nodes)
+        fixed[where[v]] |= any(is_random(x) for x in nodes)
+    # backward ops by stage: their owner's, never before a gradient they read
+    stage_of: dict[str, int] = {}
+    for node in joint.backward:
+        v = p.owner.get(node.name)
+        s = n - 1 - int(where[v]) if v is not None else 0
+        stage_of[node.name] = max([s, *(stage_of[a.name] for a in node.all_input_nodes if a.name in stage_of)])
+    ordered = sorted(joint.backward, key=lambda x: stage_of[x.name])  # stable: run order within a stage
+    # forward values each backward op reads, directly or through backward views of them
+    views: dict[str, set[int]] = {}  # backward views of forward values → those values
+    needs = np.zeros((n, n), dtype=bool)
+    for node in ordered:
+        got: set[int] = set()
+        for a in node.all_input_nodes:
+            if a.name in p.group:
+                got.add(int(where[p.group[a.name]]))
+            got |= views.get(a.name, set())
+        if is_alias(node):
+            views[node.name] = got
+        needs[stage_of[node.name], sorted(got)] = True
+    # backward values alone: the simulator on the backward ops in stage order (forward reads absent)
+    steps = [(x.name, 0) for x in ordered]
+    sim = simulate(p, Schedule(steps=steps, reads=[tuple((a.name, 0) for a in x.all_input_nodes) for x in ordered],
+                               backward_start=0))
+    before = sim.live - np.array([_bytes(x) for x in ordered], dtype=np.int64)
+    stages = np.array([stage_of[x.name] for x in ordered], dtype=np.int64)
+    base = np.zeros(n, dtype=np.int64)
+    peak = np.zeros(n, dtype=np.int64)
+    nxt = int(sim.live[-1]) if len(ordered) else 0
+    for s in range(n - 1, -1, -1):
+        idx = np.flatnonzero(stages == s)
+        base[s] = before[idx[0]] if len(idx) else nxt
+        peak[s] = sim.live[idx].max() if len(idx) else base[s]
+        nxt = base[s]
+    stage_ops = tuple(tuple(x.name for x in ordered if stage_of[x.name] == s) for s in range(n))
+    return Problem(mem=mem, needs=needs, grad_base=base, grad_peak=peak, fixed=fixed, stage_ops=stage_ops, **common)
+
+
+# --- the program -----------------------------------------------------------------------------------
+
+
+class _Rows:
+    """Sparse constraint rows lo ≤ Σ coef · x[col] ≤ hi, added a block at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+        self.vals: list[np.ndarray] = []
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.m = 0
+
+    def add(self, lo: float | np.ndarray, hi: float | np.ndarray, *terms: tuple[np.ndarray, float | np.ndarray]) -> np.ndarray:
+        """New rows, one per entry of the broadcast shape of the terms' columns; returns their indices."""
+        shape = np.broadcast_shapes(*(np.shape(c) for c, _ in terms))
+        idx = self.m + np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+        self.m += idx.size
+        self.lo.append(np.broadcast_to(lo, shape).ravel().astype(float))
+        self.hi.append(np.broadcast_to(hi, shape).ravel().astype(float))
+        for col, coef in terms:
+            self.term(idx, col, coef)
+        return idx
+
+    def term(self, rows: np.ndarray, col: np.ndarray, coef: float | np.ndarray) -> None:
+        """Add coef · x[col] to existing rows (all three broadcast together)."""
+        r, c, v = np.broadcast_arrays(rows, col, np.asarray(coef, dtype=float))
+        self.rows.append(r.ravel())
+        self.cols.append(c.ravel())
+        self.vals.append(v.ravel())
+
+    def constraint(self, nvars: int) -> LinearConstraint:
+        a = sp.csr_matrix((np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
+                          shape=(self.m, nvars))
+        return LinearConstraint(a, np.concatenate(self.lo), np.concatenate(self.hi))
+
+
+@dataclass
+class _Program:
+    """The assembled program and where its variables are."""
+
+    c: np.ndarray
+    constraint: LinearConstraint
+    bounds: Bounds
+    integrality: np.ndarray
+    r: np.ndarray  # (T, n) indices of R
+    s: np.ndarray  # (T, n) indices of S
+    scale: float
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.constraint.A.shape[1], self.constraint.A.shape[0]
+
+
+def _assemble(pb: Problem, budget: int | None) -> _Program:
+    """Checkmate's program for ``pb`` (see the module docstring); ``budget=None``: minimise the peak."""
+    n, T = pb.n, 2 * pb.n
+    eu, ev = pb.edges()
+    pi = np.concatenate([np.arange(n), eu])  # FREE pairs (i, k): k = i or a successor of i
+    pk = np.concatenate([np.arange(n), ev])
+    npairs = len(pi)
+    t = np.arange(T)[:, None]
+    r = t * n + np.arange(n)
+    s = T * n + r
+    f = 2 * T * n + t * npairs + np.arange(npairs)
+    u = 2 * T * n + T * npairs + t * (n + 1) + np.arange(n + 1)
+    nvars = 2 * T * n + T * npairs + T * (n + 1) + (budget is None)
+    scale = float(max(int(pb.mem.sum()), 1))
+    m = pb.mem / scale
+    lo, hi = np.zeros(nvars), np.ones(nvars)
+    fwd = np.arange(n)
+    earlier = fwd[None, :] < fwd[:, None]  # [t, v]: v < t
+    hi[r[:n][fwd[None, :] > fwd[:, None]]] = 0  # forward stage t computes nothing after t …
+    lo[r[fwd, fwd]] = 1  # … and t itself
+    hi[s[:n][~earlier]] = 0  # and keeps only what came before it
+    hi[r[:n][earlier & pb.fixed[None, :]]] = 0  # random ops run once in the forward phase
+    lo[s[:n][earlier & pb.pinned[None, :]]] = 1  # outputs live to the end
+    lo[s[n:][:, pb.pinned]] = 1
+    hi[f[:n][(pk[None, :] > fwd[:, None])]] = 0
+    hi[f[n:][pb.needs[:, pi]]] = 0  # a value the backward ops read is not freed before them
+    hi[f[:, pb.pinned[pi]]] = 0
+    # a value is of use in backward stage n + s only while it or a descendant is read at s or later
+    below = np.eye(n, dtype=bool)
+    for v in range(n):
+        for w in pb.preds[v]:
+            below[v] |= below[w]
+    useful = np.logical_or.accumulate((pb.needs.astype(np.int64) @ below > 0)[::-1], axis=0)[::-1]
+    hi[r[n:][~useful]] = 0
+    hi[s[n:][~useful & ~pb.pinned[None, :]]] = 0
+    g_base = np.concatenate([np.zeros(n), pb.grad_base]) / scale
+    g_peak = np.concatenate([np.zeros(n), pb.grad_peak]) / scale
+    rows = _Rows()
+    rows.add(-np.inf, 0, (r[:, ev], 1), (r[:, eu], -1), (s[:, eu], -1))  # dependencies
+    need = np.argwhere(pb.needs)
+    rows.add(1, np.inf, (r[n + need[:, 0], need[:, 1]], 1), (s[n + need[:, 0], need[:, 1]], 1))
+    rows.add(-np.inf, 0, (s[1:], 1), (r[:-1], -1), (s[:-1], -1))  # keeping
+    rows.add(-np.inf, 1, (r, 1), (s, 1))
+    rows.add(-np.inf, 0, (f, 1), (r[:, pk], -1))  # freeing
+    rows.add(-np.inf, 1, (f[:-1], 1), (s[1:, pi], 1))
+    succs = [np.flatnonzero(ev_row) for ev_row in (eu[None, :] == np.arange(n)[:, None])]
+    pj = [(p, int(ev[e])) for p in range(npairs) for e in succs[pi[p]] if ev[e] > pk[p]]
+    if pj:
+        pp, jj = np.array(pj).T
+        rows.add(-np.inf, 1, (f[:, pp], 1), (r[:, jj], 1))
+    # memory: U[t, k] - U[t, k-1] - R[t, k] M_k + Σ_{pairs freed after k-1} FREE M_i (- S[t] · M at k = 0)
+    mem_rows = rows.add(0, 0, (u, 1))
+    rows.term(mem_rows[:, 1:], u[:, :-1], -1)
+    rows.term(mem_rows[:, :n], r, -m)
+    rows.term(mem_rows[:, [0]], s, -m)
+    rows.term(mem_rows[:, pk + 1], f, m[pi])
+    if budget is None:
+        peak_var = nvars - 1
+        hi[u] = hi[peak_var] = np.inf
+        rows.add(-np.inf, -g_base[:, None], (u[:, :n], 1), (np.full((T, n), peak_var), -1))
+        rows.add(-np.inf, -g_peak, (u[:, n], 1), (np.full(T, peak_var), -1))
+        c = np.zeros(nvars)
+        c[peak_var] = 1
+        c[r] = _TIE * pb.time[None, :] / max(T * int(pb.time.sum()), 1)
+    else:
+        hi[u[:, :n]] = (budget / scale - g_base)[:, None]
+        hi[u[:, n]] = budget / scale - g_peak
+        c = np.zeros(nvars)
+        c[r] = pb.time[None, :]
+    lo[u] = 0
+    integrality = np.zeros(nvars)
+    integrality[: 2 * T * n + T * npairs] = 1
+    return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s, scale)
+
+
+# --- solving ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Solution:
+    """What HiGHS returned, decoded.
+
+    Attributes:
+        status: ``optimal``, ``time_limit`` (with an incumbent), …
+        R, S: (T, n) booleans (compute, keep).
+        objective: the program's objective: Σ T_v R[t, v] (budget) or the peak in bytes (no budget).
+        bound: HiGHS's best bound on it (the LP value for a relaxation).
+        mip_gap: HiGHS's relative gap between the two.
+        seconds: wall time of HiGHS.
+        variables, rows: size of the program.
+        least_peak: it minimised the peak (no budget): ``bound`` bounds the peak, not the overhead.
+    """
+
+    status: str
+    R: np.ndarray
+    S: np.ndarray
+    objective: float
+    bound: float
+    mip_gap: float
+    seconds: float
+    variables: int
+    rows: int
+    least_peak: bool
+
+
+def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: float, relax: bool = False) -> Solution:
+    """Assemble and solve; :class:`InfeasibleBudget` when HiGHS proves no schedule fits the budget,
+    :class:`NoSolution` when it stops before finding one."""
+    if budget is not None and budget < max(int(pb.grad_base.max(initial=0)), int(pb.grad_peak.max(initial=0))):
+        raise InfeasibleBudget("milp", budget, None)
+    prog = _assemble(pb, budget)
+    start = _time.perf_counter()
+    res = highs_milp(prog.c, integrality=np.zeros_like(prog.integrality) if relax else prog.integrality,
+                     bounds=prog.bounds, constraints=prog.constraint,
+                     options={"time_limit": float(time_limit), "mip_rel_gap": mip_rel_gap, "disp": False})
+    seconds = _time.perf_counter() - start
+    if res.status == 2:
+        raise InfeasibleBudget("milp", budget, None)
+    if res.x is None:
+        raise NoSolution(f"milp: HiGHS stopped ({res.message}) after {seconds:.1f}s without a schedule; "
+                         "raise time_limit or lower max_nodes (coarser graph)")
+    x = res.x
+    unit = prog.scale if budget is None else 1.0
+    bound = getattr(res, "mip_dual_bound", None) if not relax else res.fun
+    return Solution(
+        status=_STATUS.get(res.status, "error"), R=x[prog.r] > 0.5, S=x[prog.s] > 0.5, objective=float(res.fun) * unit,
+        bound=float(bound if bound is not None else res.fun) * unit, mip_gap=float(getattr(res, "mip_gap", 0.0) or 0.0),
+        seconds=seconds, variables=prog.size[0], rows=prog.size[1], least_peak=budget is None,
+    )
+
+
+def stage_memory(pb: Problem, R: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """(T, n + 1) bytes alive at each event of each stage for the schedule (R, S), every value freed
+    right after its last use in the stage unless kept into the next (the program's U + G, with
+    every FREE taken)."""
+    n, T = pb.n, 2 * pb.n
+    eu, ev = pb.edges()
+    users = np.eye(n, dtype=bool)
+    users[eu, ev] = True
+    needs = np.vstack([np.zeros((n, n), dtype=bool), pb.needs])
+    kept = np.vstack([S[1:], np.zeros((1, n), dtype=bool)]) | pb.pinned[None, :]
+    grads = np.zeros((T, n + 1), dtype=np.int64)
+    grads[n:, :n] = pb.grad_base[:, None]
+    grads[n:, n] = pb.grad_peak
+    events = np.arange(n + 1)
+    out = np.empty((T, n + 1), dtype=np.int64)
+    for t in range(T):
+        used = users & R[t][None, :]
+        last = np.where(used.any(1), n - 1 - np.argmax(used[:, ::-1], axis=1), -1)
+        last = np.where(kept[t], n + 1, np.where(needs[t], n, last))
+        first = np.where(S[t], 0, np.where(R[t], np.arange(n), n + 2))
+        alive = (first[:, None] <= events[None, :]) & (events[None, :] <= last[:, None])
+        out[t] = pb.mem @ alive
+    return out + grads
+
+
+def _schedule(g: Graph, pb: Problem, R: np.ndarray) -> Schedule:
+    """The executable schedule of R: stage by stage, the nodes it computes (in order; a node computed
+    again is a new copy), then in a backward stage its backward ops."""
+    p = g.program
+    out = Writer()
+    for node in p.prologue:
+        out.emit(node, 0, False)
+    backward_start = 0
+    for t in range(2 * pb.n):
+        if t == pb.n:
+            backward_start = len(out.steps)
+        for c in np.flatnonzero(R[t]):
+            for v in pb.groups[c]:
+                for node in p.members[v]:
+                    out.emit(node, t + 1, True)
+        if t >= pb.n:
+            for name in pb.stage_ops[t - pb.n]:
+                out.emit(p.joint.node(name), t + 1, False)
+    return out.schedule(backward_start)
+
+
+@register("milp", simulates=True)
+def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_limit: float = 60.0,
+         max_nodes: int = 60, mip_rel_gap: float = 1e-4, retries: int = 4) -> Plan:  # fmt: skip
+    """The least recomputation (Σ T_v R[t, v]) whose peak fits ``budget``, over every schedule of the stages
+    (see the module docstring); ``budget=None``: the smallest peak, then the least overhead at it.
+
+    ``time_limit`` bounds each HiGHS solve (seconds); the plan keeps HiGHS's status, its bound and
+    gap in ``info``. Graphs of more than ``max_nodes`` nodes are coarsened. On a traced graph the
+    plan carries its :class:`~recompute.schedule.Schedule` and ``peak`` is its simulated peak;
+    ``retries`` bounds the re-solves with the program's budget moved by the simulated excess or slack.
+    """
+    if strategy is not None:
+        raise ValueError("milp: takes no strategy (it minimises the overhead within the budget)")
+    pb = problem(g, max_nodes)
+    total = g.total_time()
+    info: dict[str, Any] = {"coarsened_from": g.n, "coarsened_to": pb.n, "time_limit": time_limit}
+    solves: list[Solution] = []
+    model_budget = budget
+    if budget is None:  # the least peak, then (if HiGHS finds one in time) the least overhead at it
+        solves.append(_solve(pb, None, time_limit, mip_rel_gap))
+        info["peak_bound"] = int(solves[0].bound)
+        model_budget = int(stage_memory(pb, solves[0].R, solves[0].S).max())
+    best: _Candidate | None = None
+    fits = overshoots = None  # model budgets whose plan fits / exceeds the budget, when simulated
+    for attempt in range(retries + 1):
+        try:
+            sol = _solve(pb, model_budget, time_limit, mip_rel_gap)
+        except (NoSolution, InfeasibleBudget):
+            if best is not None:
+                break
+            if budget is None and solves:
+                sol = solves[0]
+            elif g.program is not None and attempt == 0:  # the model overprices: try its least peak
+                sol = _solve(pb, None, time_limit, mip_rel_gap)
+                model_budget = int(stage_memory(pb, sol.R, sol.S).max())
+            else:
+                raise
+        if not any(x is sol for x in solves):
+            solves.append(sol)
+        got = _Candidate.price(g, pb, sol, model_budget, total)
+        if budget is None or got.peak <= budget:
+            best = got if best is None or got.overhead < best.overhead else best
+        if budget is None or g.program is None or got.overhead == 0 or got.peak == budget:
+            break
+        # the model is not the simulator: move the program's budget by the slack or the excess
+        if got.peak <= budget:
+            fits = model_budget
+        else:
+            overshoots = model_budget
+        if fits is not None and overshoots is not None:
+            if overshoots - fits <= max(1, budget // 1000):
+                break
+            model_budget = (fits + overshoots) // 2
+        elif fits is None:
+            model_budget = min(model_budget - (got.peak - budget), int(model_budget * 0.99))
+        else:
+            model_budget += budget - got.peak
+    if best is None:
+        raise InfeasibleBudget("milp", budget, None)
+    sol = best.solution
+    bound = 0.0 if sol.least_peak else max(0.0, sol.bound - total)
+    info.update(
+        status=sol.status, objective=best.overhead, bound=bound,
+        gap=(best.overhead - bound) / best.overhead if best.overhead else 0.0, mip_gap=sol.mip_gap,
+        highs_seconds=sum(x.seconds for x in solves), solves=len(solves), model_peak=best.model_peak,
+        milp_budget=best.model_budget, variables=sol.variables, rows=sol.rows, R=sol.R, S=sol.S, model="milp",
+    )
+    cached = frozenset(v for c in np.flatnonzero(sol.S[pb.n]) for v in pb.groups[c])
+    return Plan(method="milp", strategy=None, lower_sets=[g.nodes], cached=cached, overhead=best.overhead,
+                peak=best.peak, budget=budget, info=info, memory_model="milp" if g.program is None else "simulator",
+                schedule=best.schedule)
+
+
+@dataclass
+class _Candidate:
+    """A solution priced: its overhead, its model peak, and on a traced graph its schedule's simulated peak."""
+
+    solution: Solution
+    model_budget: int
+    overhead: int
+    model_peak: int
+    peak: int
+    schedule: Schedule | None
+
+    @classmethod
+    def price(cls, g: Graph, pb: Problem, sol: Solution, model_budget: int, total: int) -> "_Candidate":
+        model_peak = int(stage_memory(pb, sol.R, sol.S).max())
+        sched = _schedule(g, pb, sol.R) if g.program is not None else None
+        peak = simulate(g.program, sched).peak if sched is not None else model_peak
+        return cls(sol, model_budget, int((pb.time[None, :] * sol.R).sum()) - total, model_peak, peak, sched)
+
+
+def lp_bound(g: Graph, budget: int, *, max_nodes: int | None = None, time_limit: float = 60.0) -> float:
+    """The LP relaxation's optimum: a lower bound on the overhead of every schedule of the program
+    for ``g`` (coarsened to ``max_nodes``; ``None``: the graph itself) whose model peak fits ``budget``."""
+    sol = _solve(problem(g, max_nodes), budget, time_limit, 0.0, relax=True)
+    return max(0.0, sol.objective - g.total_time())

@@ -1,0 +1,183 @@
+"""The Checkmate MILP (``milp``) against brute force, against exactdp, and run on traced networks."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import recompute
+from recompute import nets
+from recompute.graph import Graph
+from recompute.measure import default_loss, measure
+from recompute.plan import InfeasibleBudget
+from recompute.planners.milp import Problem, lp_bound, problem, stage_memory
+
+from .exactness import assert_same, train_step
+from .strategies import dags
+
+TINY = settings(max_examples=12, deadline=None)
+SOLVE = {"time_limit": 20.0}
+
+
+# --- an independent oracle: shortest path over the kept sets between stages -----------------------
+
+
+def _stage_peak(pb: Problem, t: int, R: set[int], kept: set[int], kept_next: set[int]) -> int:
+    """Bytes at the peak of stage t, replayed event by event: a value dies after its last use in the
+    stage unless kept into the next, read by the stage's backward ops or an output."""
+    n = pb.n
+    succs = [[v for v in range(n) if u in pb.preds[v]] for u in range(n)]
+    needed = set(np.flatnonzero(pb.needs[t - n])) if t >= n else set()
+    stays = kept_next | needed | set(np.flatnonzero(pb.pinned))
+
+    def used_after(x: int, k: int) -> bool:
+        return x in stays or any(j in R and j > k for j in succs[x])
+
+    alive = {x for x in kept if used_after(x, -1)}
+    grad, grad_event = (int(pb.grad_base[t - n]), int(pb.grad_peak[t - n])) if t >= n else (0, 0)
+    peak = 0
+    for k in range(n):
+        if k in R:
+            alive.add(k)
+            peak = max(peak, sum(int(pb.mem[x]) for x in alive) + grad)
+        alive = {x for x in alive if used_after(x, k)}
+    return max(peak, sum(int(pb.mem[x]) for x in alive) + grad_event)
+
+
+def _closure(pb: Problem, wanted: set[int], kept: set[int]) -> set[int]:
+    """What a stage must compute to have ``wanted``: everything not kept, and their inputs likewise."""
+    out, todo = set(), list(wanted - kept)
+    while todo:
+        v = todo.pop()
+        if v not in out:
+            out.add(v)
+            todo.extend(u for u in pb.preds[v] if u not in kept)
+    return out
+
+
+def _brute_force(pb: Problem, budget: int | None) -> tuple[int, int] | None:
+    """Over every sequence of kept sets (a shortest path, stage by stage): with a budget, (least
+    overhead, a peak) within it, None when nothing fits; without, (an overhead, the least peak)."""
+    n = pb.n
+    pinned = set(np.flatnonzero(pb.pinned))
+    order = (lambda peak, cost: peak) if budget is None else (lambda peak, cost: cost)
+    states: dict[frozenset[int], tuple[int, int]] = {frozenset(): (0, 0)}  # kept set → best (peak, time)
+    for t in range(2 * n):
+        allowed = list(range(t + 1)) if t < n else list(range(n))
+        wanted = {t} if t < n else set(np.flatnonzero(pb.needs[t - n]))
+        nxt: dict[frozenset[int], tuple[int, int]] = {}
+        for kept, (peak, spent) in states.items():
+            for mask in range(1 << len(allowed)):
+                kept_next = frozenset(allowed[i] for i in range(len(allowed)) if mask >> i & 1)
+                if not pinned & set(allowed) <= kept_next:
+                    continue
+                R = _closure(pb, wanted | (kept_next - kept), set(kept))
+                p = max(peak, _stage_peak(pb, t, R, set(kept), set(kept_next)))
+                if budget is not None and p > budget:
+                    continue
+                cost = spent + sum(int(pb.time[v]) for v in R)
+                if kept_next not in nxt or order(p, cost) < order(*nxt[kept_next]):
+                    nxt[kept_next] = (p, cost)
+        states = nxt
+    if not states:
+        return None
+    peak, cost = min(states.values(), key=lambda pc: order(*pc))
+    return cost - int(pb.time.sum()), peak
+
+
+@TINY
+@given(dags(min_nodes=2, max_nodes=4), st.floats(0, 1))
+def test_milp_equals_brute_force(g: Graph, frac: float) -> None:
+    pb = problem(g)
+    least = _brute_force(pb, None)[1]
+    plan = recompute.plan(g, "milp", **SOLVE)
+    assert plan.peak == least  # the least peak of any schedule, and the least overhead at it
+    assert plan.overhead == _brute_force(pb, least)[0]
+    assert plan.peak == int(stage_memory(pb, plan.info["R"], plan.info["S"]).max())
+    budget = least + int(frac * (2 * g.total_mem() + pb.grad_peak.max() - least))
+    overhead, _ = _brute_force(pb, budget)
+    plan = recompute.plan(g, "milp", budget=budget, **SOLVE)
+    assert plan.info["status"] == "optimal"
+    assert plan.overhead == overhead
+    assert plan.info["bound"] <= overhead + 1e-6
+    assert plan.peak <= budget
+    assert lp_bound(g, budget) <= overhead + 1e-6
+    with pytest.raises(InfeasibleBudget):
+        recompute.plan(g, "milp", budget=least - 1, **SOLVE)
+
+
+# --- against exactdp: a canonical strategy whose blocks are runs of the order is a schedule of the program
+
+
+def _canonical_stages(g: Graph, pb: Problem, lower_sets: list[frozenset[int]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(R, S) of the canonical strategy of ``lower_sets``, or None when a block is not a run of the
+    stage order (the program differentiates nodes strictly from last to first): forward computes
+    everything once; the backward stage of a block's last node recomputes the block but its
+    boundary; each value is kept exactly while a later stage reads it."""
+    n = pb.n
+    pos = {v: i for i, v in enumerate(g.topo_order)}
+    R = np.zeros((2 * n, n), dtype=bool)
+    R[np.arange(n), np.arange(n)] = True
+    prev: frozenset[int] = frozenset()
+    for lower in lower_sets:
+        block = sorted(pos[v] for v in lower - prev)
+        if block != list(range(len(prev), len(lower))):
+            return None
+        boundary = {pos[v] for v in lower if any(w not in lower for w in g.succs[v])}
+        if lower != lower_sets[-1]:
+            R[n + n - 1 - block[-1], [v for v in block if v not in boundary]] = True
+        prev = lower
+    S = np.zeros((2 * n, n), dtype=bool)
+    for t in range(2 * n - 1, 0, -1):
+        reads = set(np.flatnonzero(pb.needs[t - n])) if t >= n else set()
+        reads |= {u for v in np.flatnonzero(R[t]) for u in pb.preds[v]}
+        reads |= {o for o in np.flatnonzero(pb.pinned) if o < t}
+        later = set(np.flatnonzero(S[t + 1])) if t + 1 < 2 * n else set()
+        S[t, sorted((reads | later) - set(np.flatnonzero(R[t])))] = True
+    return R, S
+
+
+@settings(max_examples=25, deadline=None)
+@given(dags(min_nodes=3, max_nodes=6), st.floats(0, 1))
+def test_milp_not_worse_than_exactdp(g: Graph, frac: float) -> None:
+    pb = problem(g)
+    dp = recompute.plan(g, "exactdp", strategy="tc")
+    dp = recompute.plan(g, "exactdp", strategy="tc", budget=dp.budget + int(frac * g.total_mem()))
+    stages = _canonical_stages(g, pb, dp.lower_sets)
+    if stages is None:  # its blocks interleave in the order: not a schedule of the program
+        return
+    R, S = stages
+    assert int((R * pb.time).sum()) - g.total_time() == dp.overhead
+    budget = int(stage_memory(pb, R, S).max())  # the canonical strategy's peak in the program's terms
+    plan = recompute.plan(g, "milp", budget=budget, **SOLVE)
+    assert plan.overhead <= dp.overhead
+
+
+# --- traced networks: the schedule runs exactly and the budget bounds the measured peak -----------
+
+
+@pytest.mark.parametrize("name", ["chain", "resblock", "dropout"])
+def test_milp_plans_execute_exactly_within_budget(name: str) -> None:
+    model, inputs = nets.build(name)
+    model, inputs = model.double(), tuple(x.double() for x in inputs)
+    plain = copy.deepcopy(model)
+    ref = train_step(plain, plain, inputs, 0)
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)  # the step measure() runs
+    vanilla = recompute.plan(graph, "vanilla").peak
+    options = {"time_limit": 5.0, "max_nodes": 8, "retries": 2}
+    least = recompute.plan(graph, "milp", **options)
+    assert least.info["coarsened_to"] < least.info["coarsened_from"]  # chains merged
+    assert least.schedule.recomputations() > 0 and least.peak < vanilla
+    budget = (least.peak + vanilla) // 2
+    plan = recompute.plan(graph, "milp", budget=budget, **options)
+    assert plan.schedule is not None and plan.peak <= budget
+    for p in (least, plan):
+        planned = copy.deepcopy(model)
+        runner = recompute.execute(graph, p, planned)
+        # loss, gradients, BatchNorm statistics and the generator state as plain training
+        assert_same(ref, train_step(planned, runner, inputs, 0, loss_fn=lambda loss: loss))
+        assert measure(planned, inputs, runner=recompute.execute(graph, p, planned), backend="fake").peak_bytes == p.peak
