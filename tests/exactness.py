@@ -35,11 +35,12 @@ MakePlan = Callable[[recompute.Graph], recompute.Plan]
 
 
 def check_plans(model: torch.nn.Module, inputs: tuple, makers: list[MakePlan], seed: int = 0,
-                dtype: torch.dtype = torch.float64) -> list[recompute.Plan]:
+                dtype: torch.dtype = torch.float64, graph: recompute.Graph | None = None) -> list[recompute.Plan]:
     """Assert that each plan's training step equals plain training; return the plans.
 
     In float64 the comparison allows 1e-12; in float32 (for the large zoo networks, to halve their
-    memory) it is bitwise: the same kernels run on the same values.
+    memory) it is bitwise: the same kernels run on the same values. ``graph``: the model's trace in
+    ``dtype``, when the caller has it (traced here otherwise).
     """
     model = model.to(dtype).train()
     inputs = tuple(x.to(dtype) for x in inputs)
@@ -47,7 +48,8 @@ def check_plans(model: torch.nn.Module, inputs: tuple, makers: list[MakePlan], s
     plain = copy.deepcopy(model)
     ref = train_step(plain, plain, inputs, seed)
     del plain
-    graph = recompute.trace(model, inputs)
+    if graph is None:
+        graph = recompute.trace(model, inputs)
     plans = []
     for make in makers:
         plan = make(graph)

@@ -11,14 +11,15 @@ from recompute import nets
 from recompute.graph import Graph
 
 from .models import Tricky
+from .zoo import tiny_build, zoo_params
 
 
-@pytest.mark.parametrize("name", ["resnet50", "vgg19", "unet", "googlenet", "densenet161", "pspnet", "resnet152"])
-def test_zoo_traces_close_to_the_papers_node_count(name):
-    kwargs = {"batch_norm": False} if name == "googlenet" else {}  # the paper's GoogLeNet had no BatchNorm
-    model, inputs = nets.build(name, batch_size=2, input_size=64 if name in ("unet", "pspnet") else 32, **kwargs)
-    g = recompute.trace(model, inputs)
-    paper = nets.spec(name).paper_nodes
+@pytest.mark.parametrize("tiny_zoo", zoo_params(), indirect=True)
+def test_zoo_traces_close_to_the_papers_node_count(tiny_zoo):
+    g = tiny_zoo.graph
+    if tiny_zoo.name == "googlenet":  # the paper's GoogLeNet had no BatchNorm
+        g = recompute.trace(*tiny_build("googlenet", batch_norm=False))
+    paper = nets.spec(tiny_zoo.name).paper_nodes
     assert abs(g.n - paper) <= 0.1 * paper, (g.n, paper)
     assert g.outputs == (g.n - 1,)
     assert list(g.topo_order) == list(range(g.n))  # traced ids follow execution order
