@@ -50,8 +50,12 @@ def test_costs_and_saved_bytes():
         recompute.trace(model, inputs, cost_model="nope")
 
 
-def test_fake_inputs_trace_paper_scale_without_allocating():
-    model, inputs = nets.build("pspnet", batch_size=8, fake_inputs=True)
+@pytest.mark.parametrize("name, batch, size", [
+    ("resblock", 4096, 128),
+    pytest.param("pspnet", 8, None, marks=pytest.mark.slow),  # paper scale; all seven: benchmarks/memory.py
+])
+def test_fake_inputs_trace_paper_scale_without_allocating(name, batch, size):
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, fake_inputs=True)
     assert isinstance(inputs[0], torch._subclasses.fake_tensor.FakeTensor)
     g = recompute.trace(model, inputs)
     assert g.total_mem() > 30 * 2**30  # tens of GiB of activations, none allocated
