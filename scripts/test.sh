@@ -7,8 +7,7 @@ export WANDB_MODE=offline WANDB_SILENT=true
 # One thread per xdist worker: two workers of two threads each on two cores ran torch 5x slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # The paper-scale `slow` set is left out; a -m of the caller's comes later and wins (-m slow: only that set).
-# loadgroup keeps each zoo network's tests on one worker, which traces it once (tests/zoo.py).
-.venv/bin/python -m pytest -n 2 --dist loadgroup -m "not slow" --durations=15 "$@"
+.venv/bin/python -m pytest -n 2 -m "not slow" --durations=15 "$@"
 rc=$?
 # pytest's 5 means "no test collected": a suite that ran nothing is a failure here
 [ $rc -eq 5 ] && { echo "no tests were collected" >&2; exit 1; }

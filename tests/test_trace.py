@@ -11,19 +11,6 @@ from recompute import nets
 from recompute.graph import Graph
 
 from .models import Tricky
-from .zoo import tiny_build, zoo_params
-
-
-@pytest.mark.parametrize("tiny_zoo", zoo_params(), indirect=True)
-def test_zoo_traces_close_to_the_papers_node_count(tiny_zoo):
-    g = tiny_zoo.graph
-    if tiny_zoo.name == "googlenet":  # the paper's GoogLeNet had no BatchNorm
-        g = recompute.trace(*tiny_build("googlenet", batch_norm=False))
-    paper = nets.spec(tiny_zoo.name).paper_nodes
-    assert abs(g.n - paper) <= 0.1 * paper, (g.n, paper)
-    assert g.outputs == (g.n - 1,)
-    assert list(g.topo_order) == list(range(g.n))  # traced ids follow execution order
-    assert (g.mem > 0).all() and (g.time > 0).all()
 
 
 def test_inplace_views_and_multi_output_ops_make_no_bogus_nodes():
