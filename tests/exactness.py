@@ -12,14 +12,18 @@ from recompute.measure import default_loss
 
 def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int,
                loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
-    """Loss, parameter gradients and buffers (BatchNorm statistics) after one step from ``seed``."""
+    """Loss, parameter gradients and buffers (BatchNorm statistics) after one step from ``seed``.
+
+    The gradients are the model's own tensors, not copies: a further step must start from
+    ``model.zero_grad(set_to_none=True)``, or it accumulates into them.
+    """
     torch.manual_seed(seed)
     loss = loss_fn(forward(*inputs))
     loss.backward()
     return {
         "loss": loss.detach(),
         "rng": torch.get_rng_state(),
-        **{f"grad:{n}": p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+        **{f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None},
         **{f"buffer:{n}": b.clone() for n, b in model.named_buffers()},
     }
 
