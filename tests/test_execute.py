@@ -119,7 +119,7 @@ def test_optimize_trains_like_the_model_in_a_loop():
 def test_measured_peak_below_vanilla_on_fake_backend():
     """Chen's, ApproxDP's and every DP plan under the liveness model at batch 16, 224×224: in small, the
     paper-scale claim of test_every_dp_plan_below_vanilla_at_paper_scale (slow)."""
-    model, inputs = nets.build("resnet50", batch_size=16, input_size=224)
+    model, inputs = nets.build("resnet50", batch_size=16, input_size=224, fake_inputs=True)
     graph = recompute.trace(model, inputs)
     vanilla = recompute.measure(model, inputs, backend="fake")
     dps = [(dp, strategy, "liveness") for dp in ("approxdp", "exactdp") for strategy in ("tc", "mc")]
