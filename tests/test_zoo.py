@@ -1,0 +1,38 @@
+"""The paper's seven networks at tiny inputs, each traced once: the paper's node count, and training under
+every planner exactly equal to plain training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import recompute
+from recompute import nets
+
+from .exactness import check_plans
+from .test_execute import ZOO_METHODS, by_method
+
+
+def tiny_build(name: str, **kwargs) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    return nets.build(name, batch_size=2, input_size=64 if name in ("unet", "pspnet") else 32, **kwargs)
+
+
+def assert_close_to_the_papers_node_count(g: recompute.Graph, name: str) -> None:
+    paper = nets.spec(name).paper_nodes
+    assert abs(g.n - paper) <= 0.1 * paper, (g.n, paper)
+    assert g.outputs == (g.n - 1,)
+    assert list(g.topo_order) == list(range(g.n))  # traced ids follow execution order
+    assert (g.mem > 0).all() and (g.time > 0).all()
+
+
+@pytest.mark.parametrize("name", nets.names(paper_only=True))
+def test_zoo_traces_close_to_the_papers_node_count_and_every_method_is_exact(name):
+    model, inputs = tiny_build(name)
+    graph = recompute.trace(model, inputs)
+    if name == "googlenet":  # the paper's GoogLeNet had no BatchNorm
+        assert_close_to_the_papers_node_count(recompute.trace(*tiny_build(name, batch_norm=False)), name)
+    else:
+        assert_close_to_the_papers_node_count(graph, name)
+    makers = [by_method(*m) for m in ZOO_METHODS]
+    for plan in check_plans(model, inputs, makers, dtype=torch.float32, graph=graph):
+        assert plan.method == "vanilla" or plan.recomputed(), f"{plan.method}: a plan should recompute something"
