@@ -256,6 +256,10 @@ def _size(b: int | None) -> str:
     return f"{b / GIB:.3f} GiB" if b >= GIB else f"{b / 2**20:.3f} MiB"
 
 
+# what the DP planners' search optimised, by memory model
+_SEARCH = {"simulator": "its own block costs", "liveness": "liveness model", "paper": "eq. (2)"}
+
+
 def summary(rec: RunRecord) -> str:
     """A short human table of one record, naming the backend behind each number."""
     mem, tb = rec.memory_backend, rec.time_backend
@@ -268,8 +272,7 @@ def summary(rec: RunRecord) -> str:
         ("#V / #E", f"{rec.num_nodes or '-'} / {rec.num_edges or '-'}", f"trace, cost model {rec.cost_model}"),
         ("budget", _size(rec.budget) if rec.budget else "smallest feasible", f"min {_size(rec.min_budget)}"),
         ("predicted peak (+params)", _size(rec.predicted_total_bytes),
-         "simulator" + (f" (search: {'liveness model' if rec.memory_model == 'liveness' else 'eq. (2)'})"
-                        if rec.memory_model else "")),
+         "simulator" + (f" (search: {_SEARCH[rec.memory_model]})" if rec.memory_model else "")),
         ("measured peak (+params)", _size(rec.measured_peak_bytes), mem),
         ("vanilla peak (+params)", _size(rec.vanilla_peak_bytes), f"{mem}, vanilla {rec.vanilla_status or '-'}"),
         ("memory reduction", frac(rec.reduction), mem),
