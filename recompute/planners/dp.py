@@ -22,6 +22,7 @@ exactly in integer bytes by a search over feasibility runs of the same core (:fu
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -167,6 +168,18 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
+def _first_at_least(key: np.ndarray, sign: int, lo: int, hi: int, limit: int) -> int:
+    """The first q in [lo, hi) with sign·key[q] ≥ limit (sign·key increasing there), or hi."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if sign * key[mid] >= limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@numba.njit(cache=True)
 def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, weight, floor, time,
              budget, window_budget, quantum, row_len, most, exact, pairs, known):  # fmt: skip
     """Fill opt[L, t] over the family (rows of ``bits``, sorted by (M(L), |L|), ∅ first, V last).
@@ -183,13 +196,20 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
     With ``exact`` the block term is the simulator's B(L, L′) (:mod:`recompute.blockcost`, arguments
     ``pairs``), memoised in ``known`` across runs; W(L′) − W(L) + c(L′) is then a lower bound of it.
 
-    Returns the frontier arrays and ``next_budget``: the least eq. (2) term among the examined
-    transitions from stored states that the budget rejected (every budget in [budget, next_budget)
-    admits exactly the same transitions among them).
+    L′'s frontier is built lazily: the transitions into it are taken from a heap by increasing m′
+    (ties: the preferred t′ first), and one can enter the frontier only if its t′ is preferred to that
+    of every state accepted before it. Each L contributes the least-m′ state of its frontier that can,
+    so the block term (the simulator's, the costly part) is evaluated only for such transitions, and
+    once B(L, L′) exceeds the budget L is done (its further states have larger m).
+
+    Returns the frontier arrays and ``next_budget``: the least block term (or its lower bound) among
+    the examined transitions that the budget rejected; every budget in [budget, next_budget) gives the
+    same frontiers (a transition not examined is dominated by an accepted one at any larger budget).
     """
     k = bits.shape[0]
     half = quantum // 2
     ones = ~np.uint64(0)
+    sign = -1 if most else 1  # sign·t is smaller for the preferred t and increases along a frontier
     cap = 4 * k + 16
     pt_t = np.empty(cap, np.int64)
     pt_m = np.empty(cap, np.int64)
@@ -201,15 +221,20 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
     pt_t[0], pt_m[0], pt_prev[0], pt_set[0], pt_peak[0] = 0, 0, -1, 0, 0  # opt[∅, 0] = 0
     stop[0] = 1
     n_pts = 1
-    row_m = np.full(row_len, _INF, np.int64)
-    row_prev = np.empty(row_len, np.int64)
-    row_peak = np.empty(row_len, np.int64)
+    # Per L in L′'s heap (a slot): the set, its first state within the bound, its current state, Δm,
+    # Δt, the block term (−1: not evaluated yet). Accepted states: (state, m′, t′, term).
+    s_set, s_lo, s_q = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int64)
+    s_dm, s_dt, s_fixed = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int64)
+    acc = np.empty((cap, 4), np.int64)
+    heap = [(np.int64(0), np.int64(0), np.int64(0))]
+    heap.pop()
+    no_bound = np.int64(1) if most else np.int64(row_len)  # sign·t′ < no_bound: t′ ≥ 0 (mc), t′ < row_len (tc)
     next_budget = _INF
     for j in range(1, k):
         # W(L) ≥ W(L′) + c(L′) − window_budget, since m ≥ 0 and hold ≥ 0.
         need = msum[j] + cterm[j] - window_budget
         first = np.searchsorted(msum[:j], need if need > 0 else np.int64(-1))
-        t_lo, t_hi = row_len, -1
+        ns = 0
         for wi in range(first >> 6, ((j - 1) >> 6) + 1 if j > first else first >> 6):
             base = wi << 6
             word = ones
@@ -233,55 +258,64 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
                         dh += hold[v]
                         ds += weight[v]
                         dt_bd += time[v]
-                if exact:  # the simulator's block memory minus M(U_{i-1})
-                    # least m + the bound: the cache of V′ is whole (K ≥ S) in the backward phase
-                    lower = pt_m[stop[i] - 1] + msum[j] - msum[i] + cterm[j] + (dm - ds if cterm[j] > floor else 0)
-                    if lower > budget:
-                        if lower < next_budget:
-                            next_budget = lower
-                        continue
-                    key = i * k + j
-                    if key in known:
-                        fixed = known[key]
-                    else:
-                        fixed = _pair_cost(i, j, *pairs)
-                        known[key] = fixed
+                if exact:  # a lower bound of the simulator's block memory minus M(U_{i-1}): the cache
+                    # of V′ is whole (K ≥ S) in the backward phase
+                    fixed = np.int64(-1)
+                    lower = msum[j] - msum[i] + cterm[j] + (dm - ds if cterm[j] > floor else 0)
                 else:
                     fixed = msum[j] - msum[i] + cterm[j] + dh  # eq. (2) minus M(U_{i-1})
+                    lower = fixed
                 dt = np.int64(0) if j == k - 1 else (tsum[j] - tsum[i] - dt_bd + half) // quantum
-                # Frontier of L by decreasing m: the states within the budget are a suffix.
-                for q in range(stop[i] - 1, start[i] - 1, -1):
-                    term = pt_m[q] + fixed
-                    if term > budget:
-                        if term < next_budget:
-                            next_budget = term
-                        break
-                    t2 = pt_t[q] + dt
-                    m2 = pt_m[q] + dm
-                    if t2 < row_len and m2 < row_m[t2]:
-                        row_m[t2] = m2
-                        row_prev[t2] = q
-                        row_peak[t2] = max(pt_peak[q], term)
-                        t_lo = min(t_lo, t2)
-                        t_hi = max(t_hi, t2)
+                # L's frontier by decreasing m: the states within the budget are a suffix [lo, stop).
+                lo = _first_at_least(pt_m, -1, start[i], stop[i], lower - budget)
+                if lo > start[i] and pt_m[lo - 1] + lower < next_budget:
+                    next_budget = pt_m[lo - 1] + lower
+                q = _first_at_least(pt_t, sign, lo, stop[i], no_bound - sign * dt) - 1
+                if q < lo:
+                    continue
+                s_set[ns], s_lo[ns], s_q[ns], s_dm[ns], s_dt[ns], s_fixed[ns] = i, lo, q, dm, dt, fixed
+                heapq.heappush(heap, (pt_m[q] + dm, sign * (pt_t[q] + dt), np.int64(ns)))
+                ns += 1
         start[j] = n_pts
-        if t_hi < 0:
-            stop[j] = n_pts
-            continue
-        need_cap = n_pts + t_hi - t_lo + 1
-        if need_cap > pt_t.shape[0]:
+        bound = no_bound
+        n_acc = 0
+        while heap:
+            m2, st2, s = heapq.heappop(heap)
+            q = s_q[s]
+            if st2 < bound:
+                if s_fixed[s] < 0:
+                    key = s_set[s] * k + j
+                    if key in known:
+                        s_fixed[s] = known[key]
+                    else:
+                        s_fixed[s] = _pair_cost(s_set[s], j, *pairs)
+                        known[key] = s_fixed[s]
+                term = pt_m[q] + s_fixed[s]
+                if term > budget:
+                    if term < next_budget:
+                        next_budget = term
+                    continue
+                bound = st2
+                if n_acc == acc.shape[0]:
+                    grown = np.empty((2 * n_acc, 4), np.int64)
+                    grown[:n_acc] = acc
+                    acc = grown
+                acc[n_acc, 0], acc[n_acc, 1], acc[n_acc, 2], acc[n_acc, 3] = q, m2, sign * st2, term
+                n_acc += 1
+            # L's next state that can still enter: larger m, sign·t′ below the bound
+            q = _first_at_least(pt_t, sign, s_lo[s], q, bound - sign * s_dt[s]) - 1
+            if q >= s_lo[s]:
+                s_q[s] = q
+                heapq.heappush(heap, (pt_m[q] + s_dm[s], sign * (pt_t[q] + s_dt[s]), s))
+        if n_pts + n_acc > pt_t.shape[0]:
+            need_cap = n_pts + n_acc
             pt_t, pt_m = _grow(pt_t, need_cap), _grow(pt_m, need_cap)
             pt_prev, pt_set, pt_peak = _grow(pt_prev, need_cap), _grow(pt_set, need_cap), _grow(pt_peak, need_cap)
-        # Pareto frontier: scan from the preferred end of t, keep a state iff its m beats all before it.
-        best = _INF
-        for s in range(t_hi - t_lo + 1):
-            t = t_hi - s if most else t_lo + s
-            if row_m[t] < best:
-                best = row_m[t]
-                pt_t[n_pts], pt_m[n_pts], pt_prev[n_pts] = t, best, row_prev[t]
-                pt_set[n_pts], pt_peak[n_pts] = j, row_peak[t]
-                n_pts += 1
-            row_m[t] = _INF
+        for a in range(n_acc - 1, -1, -1):  # accepted by increasing m′; stored by decreasing m
+            q = acc[a, 0]
+            pt_t[n_pts], pt_m[n_pts], pt_prev[n_pts], pt_set[n_pts] = acc[a, 2], acc[a, 1], q, j
+            pt_peak[n_pts] = max(pt_peak[q], acc[a, 3])
+            n_pts += 1
         stop[j] = n_pts
     return pt_t[:n_pts], pt_m[:n_pts], pt_prev[:n_pts], pt_set[:n_pts], pt_peak[:n_pts], start, stop, next_budget
 
@@ -410,11 +444,8 @@ def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool = False,
     g = fam.g
     if quantum is None:
         quantum, row_len = np.iinfo(np.int64).max // 4, 1  # every Δt quantises to 0
-    elif t_cap is not None:
-        row_len = t_cap + 1
     else:
-        # Each transition rounds Δt/quantum by at most ½ and a sequence has at most #V transitions.
-        row_len = g.total_time() // quantum + g.n // 2 + 2
+        row_len = _t_limit(fam.g, quantum) + 1 if t_cap is None else t_cap + 1
     out = _dp_core(
         fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr, fam.mo_idx,
         fam.mem, fam.hold, fam.weight, np.int64(fam.floor), g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
@@ -481,26 +512,32 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
     quantum = max(1, math.ceil(g.total_time() / time_levels))
     info["time_quantum"] = quantum
     info["time_error_bound"] = 0 if quantum == 1 else g.n * quantum
-    hint = _run(seed, budget, quantum=quantum) if seed is not None and strategy == "tc" else None
-    if hint is not None and hint.seq is not None:
-        # The seed's tc plan exists in fam with the same quantised t, so t* ≤ hint.t. Try caps
-        # 0, 3, 15, … first: with an ample budget t* is often far below it, and a capped run keeps
-        # at most cap + 1 states per lower set.
+    if strategy == "tc":
+        # t only grows along a sequence, so a run that drops states with t > cap finds t* if t* ≤ cap,
+        # keeping at most cap + 1 states per lower set. Caps 0, 3, 15, … up to a known bound on t*:
+        # the seed's tc plan, which exists in fam with the same quantised t.
+        hint = _run(seed, budget, quantum=quantum) if seed is not None else None
+        limit = hint.t if hint is not None and hint.seq is not None else _t_limit(g, quantum)
         cap, info["cap_runs"] = 0, 0
         while True:
-            run = _run(fam, budget, quantum=quantum, t_cap=min(cap, hint.t))
+            run = _run(fam, budget, quantum=quantum, t_cap=min(cap, limit))
             info["cap_runs"] += 1
-            if run.seq is not None or cap >= hint.t:
+            if run.seq is not None or cap >= limit:
                 break
             cap = 4 * cap + 3
     else:
-        run = _run(fam, budget, quantum=quantum, most=strategy == "mc")
+        run = _run(fam, budget, quantum=quantum, most=True)
     if run.seq is None:
         raise InfeasibleBudget(method, budget, min_budget(lo=budget + 1)[0])
     info["dp_overhead"] = run.t * quantum  # the DP's own (quantised) value of eq. (1)
     seq = [fam.lower_set(r) for r in run.seq]
     return Plan.from_sequence(g, seq, method=method, strategy=strategy, budget=budget,
                               memory_model=memory_model, **info)
+
+
+def _t_limit(g: Graph, quantum: int) -> int:
+    """The largest quantised t of a sequence: each of its ≤ #V transitions rounds Δt/quantum by ≤ ½."""
+    return g.total_time() // quantum + g.n // 2 + 1
 
 
 TIME_LEVELS = 1 << 20  # exact overheads for T(V) up to ~10⁶; beyond, an error ≤ #V/2²⁰ of T(V)
