@@ -33,7 +33,7 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint, checkpoint_seq
 
 from .plan import register
 
-__all__ = ["BaselineModule", "UnsupportedBackend", "NoBlocks", "blocks", "BACKENDS", "COMPILE_BACKENDS"]
+__all__ = ["BaselineModule", "Unsupported", "UnsupportedBackend", "NoBlocks", "blocks", "BACKENDS", "COMPILE_BACKENDS"]
 
 Forward = Callable[..., Any]  # the training forward of a wrapped model: inputs → outputs
 
@@ -41,7 +41,11 @@ BACKENDS: dict[str, tuple[str, ...]] = {}  # baseline → the measure backends t
 COMPILE_BACKENDS = ("inductor", "aot_eager_decomp_partition")  # torch.compile backends with the min-cut partitioner
 
 
-class UnsupportedBackend(ValueError):
+class Unsupported(ValueError):
+    """A baseline that cannot run here: a model it does not apply to, a backend that cannot run it."""
+
+
+class UnsupportedBackend(Unsupported):
     """A measurement backend that cannot run a baseline (torch.compile under FakeTensor)."""
 
     def __init__(self, method: str, backend: str, backends: tuple[str, ...]):
@@ -49,7 +53,7 @@ class UnsupportedBackend(ValueError):
         super().__init__(f"{method} cannot be measured on the {backend!r} backend; it runs on {', '.join(backends)}")
 
 
-class NoBlocks(ValueError):
+class NoBlocks(Unsupported):
     """``torch_checkpoint_blocks`` on a model in which it recognises no block."""
 
 
@@ -108,7 +112,7 @@ def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
     try:
         gm = fx.symbolic_trace(model)
     except Exception as e:  # fx raises many kinds for code it cannot trace
-        raise ValueError(f"torch_checkpoint_sequential needs a model torch.fx can trace to cut it into "
+        raise Unsupported(f"torch_checkpoint_sequential needs a model torch.fx can trace to cut it into "
                          f"sequential stages; {type(model).__name__}: {type(e).__name__}: {e}") from e
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -128,7 +132,7 @@ def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
         start, first = end, False
     result = output.args[0]
     if result is not nodes[-1]:  # the model returns no single value computed last (a tuple, an input)
-        raise ValueError(f"torch_checkpoint_sequential: {type(model).__name__} returns {result!r}, not its last op's value")
+        raise Unsupported(f"torch_checkpoint_sequential: {type(model).__name__} returns {result!r}, not its last op's value")
     return stages
 
 
@@ -178,22 +182,25 @@ def _block_types() -> tuple[type, ...]:
     return tuple(types)
 
 
-def _is_vgg_features(m: nn.Module) -> bool:
-    """An ``nn.Sequential`` of convolutions and max-pools (VGG's ``features``): its stages are blocks."""
-    kids = list(m.children())
-    return (isinstance(m, nn.Sequential) and any(isinstance(k, nn.MaxPool2d) for k in kids)
-            and any(isinstance(k, nn.Conv2d) for k in kids) and all(not list(k.children()) for k in kids))
+def _is_stages(m: nn.Module) -> bool:
+    """A plain ``nn.Sequential`` with max-pools (VGG's ``features``): checkpointed stage by stage."""
+    return type(m) is nn.Sequential and any(isinstance(k, nn.MaxPool2d) for k in m)
 
 
 def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The outermost blocks of ``model`` by name: modules of :func:`_block_types` and VGG-style
-    ``features`` sequences (checkpointed stage by stage, a stage ending at a max-pool)."""
+    """The outermost blocks of ``model`` by name: modules of :func:`_block_types` and the ``features``
+    of torchvision's VGG (checkpointed stage by stage, a stage ending at a max-pool). A sequence that
+    its parent runs module by module (smp's VGG encoder, a VGG with its own forward) is no block."""
+    from torchvision.models.vgg import VGG
+
     types = _block_types()
     found: list[tuple[str, nn.Module]] = []
     for name, m in model.named_modules():
         if any(name.startswith(f"{b}.") for b, _ in found):
             continue
-        if isinstance(m, types) or _is_vgg_features(m):
+        if isinstance(m, VGG) and type(m).forward is VGG.forward and _is_stages(m.features):
+            found.append((f"{name}.features".lstrip("."), m.features))
+        elif isinstance(m, types):
             found.append((name, m))
     return found
 
@@ -234,7 +241,7 @@ def _checkpointed(m: nn.Module) -> Forward:
 def _patched(found: list[tuple[str, nn.Module]]) -> Iterator[None]:
     """Each block's ``forward`` checkpointed while the context lasts (the model is left as it was)."""
     for _, m in found:
-        m.forward = _vgg_stages(m) if _is_vgg_features(m) else _checkpointed(m)
+        m.forward = _vgg_stages(m) if _is_stages(m) else _checkpointed(m)
     try:
         yield
     finally:
@@ -248,7 +255,7 @@ def torch_checkpoint_blocks(model: nn.Module) -> Forward:
     found = blocks(model)
     if not found:
         raise NoBlocks(f"torch_checkpoint_blocks found no block in {type(model).__name__} (it knows "
-                       f"{', '.join(t.__name__ for t in _block_types())} and VGG-style features); "
+                       f"{', '.join(t.__name__ for t in _block_types())} and VGG's features); "
                        "use torch_checkpoint_sequential or a planner")
 
     def forward(*inputs: torch.Tensor) -> Any:
