@@ -117,11 +117,17 @@ def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     output = next(n for n in gm.graph.nodes if n.op == "output")
+    result = output.args[0]
+    if not nodes or result is not nodes[-1]:  # the model returns no single value computed last (a tuple, an input)
+        raise Unsupported(f"torch_checkpoint_sequential: {type(model).__name__} returns {result!r}, not its last op's value")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     last_use = {n: max(order[u] for u in n.users) for n in gm.graph.nodes if n.users}
-    cuts = [n for n in nodes if [m for m in nodes[: nodes.index(n) + 1] + placeholders
-                                 if last_use.get(m, -1) > order[n]] == [n]]
-    if not cuts or cuts[-1] is not nodes[-1]:
+    live, cuts = set(placeholders), []
+    for n in nodes:
+        live = {m for m in live if last_use[m] > order[n]} | ({n} if n.users else set())
+        if live == {n}:
+            cuts.append(n)
+    if cuts[-1] is not nodes[-1]:
         cuts.append(nodes[-1])
     stages: list[Callable[[Any], Any]] = []
     start, first = 0, True
@@ -130,9 +136,6 @@ def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
         ins = placeholders if first else [nodes[start - 1]]
         stages.append(functools.partial(_run_nodes, gm, ins, nodes[start:end], cut, len(placeholders) > 1 and first))
         start, first = end, False
-    result = output.args[0]
-    if result is not nodes[-1]:  # the model returns no single value computed last (a tuple, an input)
-        raise Unsupported(f"torch_checkpoint_sequential: {type(model).__name__} returns {result!r}, not its last op's value")
     return stages
 
 
@@ -150,6 +153,8 @@ def _run_nodes(gm: fx.GraphModule, ins: list[fx.Node], nodes: list[fx.Node], out
 def torch_checkpoint_sequential(model: nn.Module, *, segments: int = 0) -> Forward:
     """``checkpoint_sequential`` over the model's sequential stages in ``segments`` segments
     (0: ⌈√n⌉ for n stages, Chen et al.'s choice); in-place modules are turned out of place."""
+    if segments < 0:
+        raise ValueError(f"torch_checkpoint_sequential: segments={segments}; must be 0 (⌈√n⌉) or positive")
     stages = _stages(model)
     _out_of_place(model)
     k = segments or math.ceil(math.sqrt(len(stages)))

@@ -6,6 +6,7 @@ Two CPU processes over gloo, each with its own half of the batch; after every st
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import torch
@@ -45,8 +46,11 @@ def _train(rank: int, store: str, out: str, method: str) -> None:
 
 def _run(tmp_path: Path, method: str) -> tuple[list[dict], list[dict]]:
     """Plain DDP's and ours, per rank."""
-    # fork: the workers inherit the imported torch and recompute (a spawned one imports them for seconds)
-    mp.start_processes(_train, args=(str(tmp_path / "store"), str(tmp_path), method), nprocs=WORLD, start_method="fork")
+    # forked from a server that imported this module once (torch, recompute: seconds); not forked from
+    # the test process, whose autograd threads a forked child cannot use
+    multiprocessing.set_forkserver_preload([__name__])
+    mp.start_processes(_train, args=(str(tmp_path / "store"), str(tmp_path), method), nprocs=WORLD,
+                       start_method="forkserver")
     return tuple([torch.load(tmp_path / f"{name}-{rank}.pt") for rank in range(WORLD)] for name in ("plain", method))
 
 
