@@ -10,6 +10,8 @@ Schema versions (``schema_version``):
 * 1 — the plain dict of earlier versions, without a ``schema_version`` key and without the keys a
   run never reached (e.g. no timings on ``fake``); the missing fields load as ``None``.
 * 2 — every field of :class:`RunRecord`, always present.
+* 3 — adds ``exactness`` (how the method's step compares with plain training) and the status
+  ``unsupported``; a version-2 record loads with ``exactness=None``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ if TYPE_CHECKING:  # the record only reads these; importing recompute here would
 
 __all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Status(StrEnum):
@@ -39,6 +41,7 @@ class Status(StrEnum):
     infeasible = "infeasible"  # no plan fits the budget; min_budget says which would
     too_many_lower_sets = "too_many_lower_sets"  # exactdp's lower-set family passed max_lower_sets
     too_large = "too_large"  # the planner refuses a graph this size (exhaustive's max_nodes)
+    unsupported = "unsupported"  # a baseline cannot run this net (no blocks) or on this backend (compile on fake)
     error = "error"  # a failure of the code, not a result: run again on restart
 
 
@@ -112,6 +115,7 @@ class RunRecord:
     measured_peak_bytes: int | None = None
     measured_activation_bytes: int | None = None
     reduction: float | None = None
+    exactness: str | None = None  # vs plain training: bitwise | close | "differs: ..." (None: not checked)
     # timings on the time backend
     vanilla_seconds_per_iter: float | None = None
     seconds_per_iter: float | None = None

@@ -3,8 +3,11 @@
 Memory is measured on ``memory_backend(device)`` at the configured (batch, size); time on
 ``time_backend(...)``, reusing the memory measurements when both are the same real backend at the
 same size, else with its own trace and plan at ``timing.batch_size``/``timing.input_size``.
+A baseline of :mod:`recompute.baselines` (PyTorch's own methods) has no plan: it is measured wrapped
+around the model, with the same meter. On a real backend the method's step is compared with plain
+training (:func:`recompute.exactness.compare`: ``bitwise``, ``close`` or what differs).
 Outcomes other than success (out of memory on any device, infeasible budget, a graph too large for the
-planner, any other error) are recorded with a :class:`~experiments.record.Status` instead of raised,
+planner, a baseline that cannot run this net or on this backend, any other error) are recorded with a :class:`~experiments.record.Status` instead of raised,
 so a sweep goes on; the record is an :class:`~experiments.record.RunRecord`.
 """
 
@@ -26,7 +29,10 @@ import torch
 
 import recompute
 from recompute import nets
+from recompute.baselines import Unsupported
+from recompute.exactness import compare
 from recompute.measure import default_loss
+from recompute.plan import spec
 from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.exhaustive import GraphTooLarge
 
@@ -93,6 +99,21 @@ def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompu
     return recompute.plan(graph, exp.method.planner.value, strategy=strategy, budget=budget, **plan_options(exp))
 
 
+def _is_baseline(exp: AppConfig) -> bool:
+    return spec(exp.method.planner.value).wraps
+
+
+def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:
+    """The model wrapped by the baseline ``exp`` names, with its options."""
+    return recompute.optimize(model, method=exp.method.planner.value, **plan_options(exp))
+
+
+def _check_exactness(exp: AppConfig, rec: RunRecord, model: torch.nn.Module, inputs: tuple, runner) -> None:
+    """How one step of ``runner`` compares with plain training (vanilla is plain training)."""
+    if exp.method.planner.value != "vanilla":
+        rec.exactness = _timed(f"exactness of {exp.method.name}", compare, model, runner, inputs, seed=exp.seed).summary()
+
+
 def _measure(exp: AppConfig, model, inputs, backend: str, runner=None, predicted: int | None = None) -> recompute.Measurement:
     return recompute.measure(
         model, inputs, runner=runner, backend=backend, iterations=exp.iterations, warmup=exp.warmup,
@@ -125,6 +146,14 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
         vanilla = None
         rec.set_vanilla_oom(e, sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]))
 
+    if _is_baseline(exp):
+        wrapped = _baseline(exp, model)
+        method = _timed(f"measure {exp.method.name}", _measure, exp, model, inputs, backend, wrapped)
+        rec.set_method(method, vanilla, cap)
+        if backend != "fake":
+            _check_exactness(exp, rec, model, inputs, wrapped)
+        return vanilla, method
+
     rec.budget = int(exp.budget_gb * GIB) if exp.budget_gb is not None else None
     plan = _timed(f"plan {exp.method.name}", _plan, exp, graph, rec.budget)
     rec.set_plan(plan)
@@ -138,20 +167,33 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
     else:
         executor = recompute.execute(graph, plan)
         method = _timed(f"measure {exp.method.name}", _measure, exp, model, inputs, backend, executor, int(plan.peak))
+        if backend != "fake":
+            _check_exactness(exp, rec, model, inputs, executor)
     rec.set_method(method, vanilla, cap)
     return vanilla, method
 
 
 def _time_stage(exp: AppConfig, rec: RunRecord, backend: str, batch: int, size: int) -> tuple[recompute.Measurement, recompute.Measurement]:
-    """Vanilla and method timings with their own trace and plan (a different backend or size)."""
+    """Vanilla and method timings with their own trace and plan (a different backend or size); the
+    exactness check where the memory backend had no values (``fake``)."""
     model, inputs = _setup(exp, backend, batch, size)
+    if _is_baseline(exp):
+        wrapped = _baseline(exp, model)
+        vanilla = _timed(f"time vanilla on {backend}", _measure, exp, model, inputs, backend)
+        method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, wrapped)
+        if rec.exactness is None:
+            _check_exactness(exp, rec, model, inputs, wrapped)
+        return vanilla, method
     graph = _timed(f"trace for timing ({backend}, b={batch}, {size}²)", recompute.trace, model, inputs, cost_model=exp.cost_model.value,
                    loss_fn=default_loss)
     # an explicit budget is for the memory-scale graph; at another size use the planner's smallest
     same_size = (batch, size) == (exp.batch_size, exp.input_size)
     plan = _plan(exp, graph, rec.budget if same_size else None)
+    executor = recompute.execute(graph, plan)
     vanilla = _timed(f"time vanilla on {backend}", _measure, exp, model, inputs, backend)
-    method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, recompute.execute(graph, plan))
+    method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, executor)
+    if rec.exactness is None:
+        _check_exactness(exp, rec, model, inputs, executor)
     return vanilla, method
 
 
@@ -211,6 +253,8 @@ def measure_experiment(exp: AppConfig) -> RunRecord:
         rec.end(Status.too_many_lower_sets, e)
     except GraphTooLarge as e:
         rec.end(Status.too_large, e)
+    except Unsupported as e:
+        rec.end(Status.unsupported, e)
     except Exception as e:  # noqa: BLE001 - a failing config is recorded and the sweep goes on
         if is_oom(e):
             _free(mem)
@@ -270,7 +314,7 @@ def summary(rec: RunRecord) -> str:
     ovh = rec.predicted_overhead
     rows = [
         ("#V / #E", f"{rec.num_nodes or '-'} / {rec.num_edges or '-'}", f"trace, cost model {rec.cost_model}"),
-        ("budget", _size(rec.budget) if rec.budget else "smallest feasible", f"min {_size(rec.min_budget)}"),
+        ("budget", _size(rec.budget) if rec.budget else ("smallest feasible" if rec.k else "-"), f"min {_size(rec.min_budget)}"),
         ("predicted peak (+params)", _size(rec.predicted_total_bytes),
          "simulator" + (f" (search: {_SEARCH[rec.memory_model]})" if rec.memory_model else "")),
         ("measured peak (+params)", _size(rec.measured_peak_bytes), mem),
@@ -280,6 +324,7 @@ def summary(rec: RunRecord) -> str:
         ("time / iter (vanilla)", f"{sec(rec.seconds_per_iter)} ({sec(rec.vanilla_seconds_per_iter)})", t_src),
         ("overhead measured", frac(rec.time_overhead), t_src if tb else "-"),
         ("solve time", sec(rec.solve_seconds), "planner"),
+        ("vs plain training", rec.exactness or "not checked", "one step: loss, grads, buffers"),
     ]
     if rec.slots is not None:
         rows.insert(7, ("slots / recomputations", f"{rec.slots} / {rec.recomputations}", "schedule"))

@@ -131,6 +131,22 @@ def _fake_state(model: torch.nn.Module, mode: FakeTensorMode) -> dict[str, torch
     return out
 
 
+class _Step(torch.nn.Module):
+    """A whole training step as a module's forward, so that ``functional_call`` swaps ``model``'s
+    tensors for the forward and backward passes alike."""
+
+    def __init__(self, model: torch.nn.Module, step: Callable[[], None]):
+        super().__init__()
+        self.model, self.step = model, step
+
+    def forward(self) -> None:
+        self.step()
+
+
+def _prefixed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"model.{k}": v for k, v in state.items()}
+
+
 def measure(
     model: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor] | torch.Tensor,
@@ -145,11 +161,16 @@ def measure(
     """Measure training steps of ``runner`` (default: ``model`` itself, i.e. vanilla training).
 
     ``runner(*inputs, state=...)`` is how an :class:`~recompute.execute.Executor` is called; a plain
-    module is called as ``torch.func.functional_call(model, state, inputs)``. Each step runs the
+    module is called as ``torch.func.functional_call(model, state, inputs)``; a module runner wrapping
+    ``model`` (a :class:`~recompute.baselines.BaselineModule`) as ``runner(*inputs)``, its step under
+    ``functional_call`` where the state is not the model's own. A runner with ``check_backend``
+    raises :class:`~recompute.baselines.UnsupportedBackend` for a backend that cannot run it. Each step runs the
     forward pass, ``loss_fn`` and ``backward()`` and then drops the gradients, so steps are alike.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if hasattr(runner, "check_backend"):
+        runner.check_backend(backend)
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     params = module_state(model)
     param_bytes = _bytes(list(params.values()))
@@ -157,13 +178,20 @@ def measure(
     def call(state: dict[str, torch.Tensor], xs: tuple) -> Any:
         if runner is None:
             return torch.func.functional_call(model, state, xs)
+        if isinstance(runner, torch.nn.Module):
+            return runner(*xs)  # on the model's own tensors (the other case is in one_step)
         return runner(*xs, state=state)
 
     # an executor traced with the loss (``trace(..., loss_fn=...)``) returns the loss itself
     step_loss = (lambda out: out) if getattr(runner, "includes_loss", False) else loss_fn
 
     def one_step(state: dict[str, torch.Tensor], xs: tuple) -> int:
-        step_loss(call(state, xs)).backward()
+        if isinstance(runner, torch.nn.Module) and state is not params:
+            # a module runner (a baseline) reads the model's tensors again when it recomputes in backward:
+            # the other state (the fake backend's) replaces them for the whole step
+            torch.func.functional_call(_Step(model, lambda: step_loss(runner(*xs)).backward()), _prefixed(state), ())
+        else:
+            step_loss(call(state, xs)).backward()
         grads = [t.grad for t in state.values() if isinstance(t, torch.Tensor) and t.grad is not None]
         nbytes = _bytes(grads)
         for t in state.values():

@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from .baselines import BaselineModule
 from .execute import Executor
 from .graph import Graph
-from .plan import Plan, plan
+from .plan import Plan, plan, spec
 from .trace import trace
 from .validate import check_budget, check_inputs, check_method, check_model
 
@@ -69,12 +70,16 @@ def optimize(
     cost_model: str = "paper",
     memory_model: str = "liveness",
     **plan_options: Any,
-) -> RecomputeModule:
+) -> RecomputeModule | BaselineModule:
     """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP,
     time-centric, at the smallest feasible budget when ``budget`` is None).
 
     ``memory_model`` applies to the DP methods: ``"liveness"`` (default) plans with what autograd
     really keeps, ``"paper"`` with the paper's eq. (2) (see :func:`recompute.lowerset.block_memory`).
+
+    A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
+    :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
+    plan (it takes no ``budget``; ``torch_compile_budget`` has its ``budget_fraction``).
 
     ``example_inputs`` plans eagerly (so a bad budget fails here, not in the first step); otherwise
     planning happens on the first training call. Use it in an ordinary loop::
@@ -86,6 +91,13 @@ def optimize(
     check_inputs(example_inputs, allow_none=True)
     check_budget(budget)
     check_method(method, strategy, plan_options)
+    if spec(method).wraps:
+        if budget is not None:
+            raise ValueError(f"{method!r} takes no budget in bytes (it plans nothing); its options: "
+                             f"{', '.join(spec(method).options) or 'none'}")
+        base = BaselineModule(model, method, spec(method).fn(model, **plan_options))
+        base.train(model.training)
+        return base
     if method in ("vanilla", "chen", "chen_greedy"):
         strategy = None
     else:

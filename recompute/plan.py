@@ -137,6 +137,9 @@ class PlannerSpec:
             (``memory_model="simulator"``): its peak and budget already mean what runs.
         simulates: on a traced graph the planner itself prices its plan with the simulator and fits
             the budget (its ``peak`` is already the simulated one): :func:`plan` calls it as is.
+        wraps: a baseline of :mod:`recompute.baselines`, no planner: ``fn(model, **options)`` returns
+            the forward of the model wrapped by one of PyTorch's own methods; :func:`recompute.optimize`
+            runs it, :func:`plan` refuses it.
     """
 
     name: str
@@ -145,28 +148,30 @@ class PlannerSpec:
     searches_budget: bool
     simulator_default: bool = False
     simulates: bool = False
+    wraps: bool = False
 
 
 _REGISTRY: dict[str, PlannerSpec] = {}
 
 
 def register(name: str, *, searches_budget: bool = False, simulator_default: bool = False,
-             simulates: bool = False) -> Callable[[Planner], Planner]:
-    """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` under ``name``; its
-    options are read off its signature."""
+             simulates: bool = False, wraps: bool = False) -> Callable[[Planner], Planner]:
+    """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` (with ``wraps``:
+    ``fn(model, **options)``, a baseline) under ``name``; its options are read off its signature."""
 
     def deco(fn: Planner) -> Planner:
         params = inspect.signature(fn).parameters
         options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
-        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulator_default, simulates)
+        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulator_default, simulates, wraps)
         return fn
 
     return deco
 
 
 def methods() -> list[str]:
-    """Names of the registered planning methods."""
+    """Names of the registered methods: the planners and PyTorch's own methods (:mod:`recompute.baselines`)."""
     importlib.import_module(f"{__package__}.planners")  # importing the package registers them
+    importlib.import_module(f"{__package__}.baselines")
     return sorted(_REGISTRY)
 
 
@@ -211,6 +216,9 @@ def plan(
     check_budget(budget)
     check_method(method, strategy, options)
     entry = spec(method)
+    if entry.wraps:
+        raise ValueError(f"{method!r} is one of PyTorch's own checkpointing methods: it wraps the module and "
+                         f"plans no schedule; use recompute.optimize(model, inputs, method={method!r})")
     start = time.perf_counter()
     if graph.program is None or entry.simulates:
         result = entry.fn(graph, budget=budget, strategy=strategy, **options)

@@ -7,25 +7,7 @@ from typing import Any, Callable
 import torch
 
 import recompute
-from recompute.measure import default_loss
-
-
-def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int,
-               loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
-    """Loss, parameter gradients and buffers (BatchNorm statistics) after one step from ``seed``.
-
-    The gradients are the model's own tensors, not copies: a further step must start from
-    ``model.zero_grad(set_to_none=True)``, or it accumulates into them.
-    """
-    torch.manual_seed(seed)
-    loss = loss_fn(forward(*inputs))
-    loss.backward()
-    return {
-        "loss": loss.detach(),
-        "rng": torch.get_rng_state(),
-        **{f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None},
-        **{f"buffer:{n}": b.clone() for n, b in model.named_buffers()},
-    }
+from recompute.exactness import train_step
 
 
 def assert_same(ref: dict[str, Any], got: dict[str, Any], tol: float = 1e-12) -> None:

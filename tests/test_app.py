@@ -53,7 +53,8 @@ def test_config_groups_cover_the_zoo_and_the_methods():
     assert not (CONF / "net").exists()  # the net group is registered from recompute.nets, the one list of nets
     assert set(METHODS) == {"vanilla", "chen", "chen_greedy", "exhaustive",
                             "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc", "reforward", "reforward_linear",
-                            "revolve", "chen_recursive", "join_dp", "milp"}
+                            "revolve", "chen_recursive", "join_dp", "milp", "torch_checkpoint_sequential",
+                            "torch_checkpoint_blocks", "torch_sac", "torch_compile_budget"}
 
 
 @pytest.mark.parametrize("net", nets.names())
@@ -230,6 +231,35 @@ def test_a_schedule_planner_runs_through_the_app(tmp_path):
     assert rec.status == Status.ok, rec.error
     assert rec.measured_peak_bytes == rec.predicted_total_bytes < rec.vanilla_peak_bytes
     assert rec.slots >= 3 and rec.recomputations > 0 and "slots / recomputations" in runner.summary(rec)
+
+
+@pytest.mark.parametrize("method", ["torch_checkpoint_sequential", "torch_checkpoint_blocks", "torch_sac",
+                                    "torch_compile_budget"])
+def test_a_pytorch_baseline_runs_through_the_app(tmp_path, method):
+    """Measured on cpu with the same meter as the planners, its exactness recorded (BatchNorm statistics
+    updated twice by the checkpoint variants' recomputation)."""
+    rec = runner.measure_experiment(_experiment(
+        tmp_path, "net=resblock", f"method={method}", "device=cpu", "batch_size=2", "input_size=16", "iterations=1",
+        "warmup=0", *(["method.options.backend=aot_eager_decomp_partition"] if method == "torch_compile_budget" else [])))
+    assert rec.status == Status.ok, rec.error
+    assert rec.planner == method and rec.k is None and rec.predicted_peak_bytes is None  # no plan
+    assert rec.measured_peak_bytes > rec.param_bytes > 0 and rec.seconds_per_iter > 0
+    assert rec.exactness in ("bitwise", "close") if method == "torch_compile_budget" else rec.exactness.endswith("buffers")
+    assert rec.exactness in runner.summary(rec)
+
+
+def test_what_a_baseline_cannot_run_is_a_recorded_outcome(tmp_path):
+    # torch.compile under FakeTensor; a net without residual/dense/inception blocks
+    compiled = runner.measure_experiment(_experiment(tmp_path, "net=chain", "method=torch_compile_budget", "device=fake"))
+    assert compiled.status == Status.unsupported
+    assert "torch_compile_budget" in compiled.error and "'fake'" in compiled.error and "cpu" in compiled.error
+    blockless = runner.measure_experiment(_experiment(tmp_path, "net=chain", "method=torch_checkpoint_blocks", "device=cpu"))
+    assert blockless.status == Status.unsupported and "no block in Chain" in blockless.error
+
+
+def test_exactness_of_a_plan_is_recorded(tmp_path):
+    rec = runner.measure_experiment(_experiment(tmp_path, "net=dropout", "method=chen", "device=cpu", "iterations=1"))
+    assert rec.status == Status.ok and rec.exactness == "bitwise"
 
 
 def test_infeasible_budget_is_recorded(tmp_path):

@@ -1,0 +1,322 @@
+"""PyTorch's own checkpointing methods, as baselines beside the planners: ``method="torch_..."``.
+
+A baseline plans no schedule: it wraps the module so that its training step runs under one of the
+methods a user reaches for without us,
+
+* ``torch_checkpoint_sequential`` — ``torch.utils.checkpoint.checkpoint_sequential`` with √n segments
+  over a sequential decomposition of the model (its ``torch.fx`` graph cut where one value is live);
+* ``torch_checkpoint_blocks`` — one ``torch.utils.checkpoint.checkpoint`` per block, the hand-written
+  pattern: residual blocks, DenseNet's dense layers, Inception blocks, U-Net decoder blocks, VGG stages;
+* ``torch_sac`` — selective activation checkpointing of the whole forward: matmul and convolution
+  outputs are saved, everything else is recomputed;
+* ``torch_compile_budget`` — ``torch.compile`` with the min-cut partitioner under
+  ``torch._functorch.config.activation_memory_budget``.
+
+Each is registered with :func:`recompute.plan.register` (``wraps=True``), so its options are checked
+like a planner's; :func:`recompute.optimize` returns a :class:`BaselineModule`. None of them is exact
+the way an executed plan is: the checkpoint variants update BatchNorm statistics again when they
+recompute, and compiled code draws dropout masks from its own generator
+(:func:`recompute.exactness.compare` reports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import fx, nn
+from torch.utils.checkpoint import (CheckpointPolicy, checkpoint, checkpoint_sequential,
+                                    create_selective_checkpoint_contexts)
+
+from .plan import register
+
+__all__ = ["BaselineModule", "Unsupported", "UnsupportedBackend", "NoBlocks", "blocks", "BACKENDS", "COMPILE_BACKENDS"]
+
+Forward = Callable[..., Any]  # the training forward of a wrapped model: inputs → outputs
+
+BACKENDS: dict[str, tuple[str, ...]] = {}  # baseline → the measure backends that can run it
+COMPILE_BACKENDS = ("inductor", "aot_eager_decomp_partition")  # torch.compile backends with the min-cut partitioner
+
+
+class Unsupported(ValueError):
+    """A baseline that cannot run here: a model it does not apply to, a backend that cannot run it."""
+
+
+class UnsupportedBackend(Unsupported):
+    """A measurement backend that cannot run a baseline (torch.compile under FakeTensor)."""
+
+    def __init__(self, method: str, backend: str, backends: tuple[str, ...]):
+        self.method, self.backend, self.backends = method, backend, backends
+        super().__init__(f"{method} cannot be measured on the {backend!r} backend; it runs on {', '.join(backends)}")
+
+
+class NoBlocks(Unsupported):
+    """``torch_checkpoint_blocks`` on a model in which it recognises no block."""
+
+
+def baseline(name: str, *, backends: tuple[str, ...] = ("cpu", "cuda", "fake")) -> Callable[[Callable[..., Forward]], Callable[..., Forward]]:
+    """Register ``fn(model, **options) -> forward`` as baseline ``name``, measurable on ``backends``."""
+
+    def deco(fn: Callable[..., Forward]) -> Callable[..., Forward]:
+        BACKENDS[name] = backends
+        return register(name, wraps=True)(fn)
+
+    return deco
+
+
+class BaselineModule(nn.Module):
+    """``model`` (its parameters and buffers shared) trained under one of PyTorch's methods.
+
+    Evaluation (``eval()`` or ``torch.no_grad()``) calls the model unchanged. Its recomputation reads
+    the model's parameters again during backward, so :func:`recompute.measure` swaps another state
+    in (the ``fake`` backend's) for the whole step, not for the forward call alone.
+    """
+
+    def __init__(self, model: nn.Module, method: str, forward: Forward):
+        super().__init__()
+        self.model, self.method, self._train_forward = model, method, forward
+        self.backends = BACKENDS[method]
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        if not (self.training and torch.is_grad_enabled()):
+            return self.model(*inputs)
+        return self._train_forward(*inputs)
+
+    def check_backend(self, backend: str) -> None:
+        """:class:`UnsupportedBackend` where ``backend`` cannot run this baseline."""
+        if backend not in self.backends:
+            raise UnsupportedBackend(self.method, backend, self.backends)
+
+
+def _out_of_place(model: nn.Module) -> None:
+    """Turn the model's in-place modules (``nn.ReLU(inplace=True)``, ...) out of place, for good: the
+    same values, but no op overwrites a checkpoint's input or a tensor SAC keeps (torch raises), and
+    the recomputation in backward runs the very ops of the forward."""
+    for m in model.modules():
+        if getattr(m, "inplace", None) is True:
+            m.inplace = False
+
+
+# --------------------------------------------------------------------------- checkpoint_sequential
+
+
+def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
+    """The model as a sequence of functions, each taking the one value live between them.
+
+    The forward's ``torch.fx`` graph is cut after every op at which exactly one value is live (read
+    later); the first stage takes the inputs (a tuple where the model takes several).
+    """
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:  # fx raises many kinds for code it cannot trace
+        raise Unsupported(f"torch_checkpoint_sequential needs a model torch.fx can trace to cut it into "
+                         f"sequential stages; {type(model).__name__}: {type(e).__name__}: {e}") from e
+    nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    result = output.args[0]
+    if not nodes or result is not nodes[-1]:  # the model returns no single value computed last (a tuple, an input)
+        raise Unsupported(f"torch_checkpoint_sequential: {type(model).__name__} returns {result!r}, not its last op's value")
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    last_use = {n: max(order[u] for u in n.users) for n in gm.graph.nodes if n.users}
+    live, cuts = set(placeholders), []
+    for n in nodes:
+        live = {m for m in live if last_use[m] > order[n]} | ({n} if n.users else set())
+        if live == {n}:
+            cuts.append(n)
+    if cuts[-1] is not nodes[-1]:
+        cuts.append(nodes[-1])
+    stages: list[Callable[[Any], Any]] = []
+    start, first = 0, True
+    for cut in cuts:
+        end = nodes.index(cut) + 1
+        ins = placeholders if first else [nodes[start - 1]]
+        stages.append(functools.partial(_run_nodes, gm, ins, nodes[start:end], cut, len(placeholders) > 1 and first))
+        start, first = end, False
+    return stages
+
+
+def _run_nodes(gm: fx.GraphModule, ins: list[fx.Node], nodes: list[fx.Node], out: fx.Node, packed: bool, value: Any) -> Any:
+    """Interpret ``nodes`` of ``gm`` from the value(s) of ``ins``; the value of ``out``."""
+    env: dict[fx.Node, Any] = dict(zip(ins, value if packed else (value,)))
+    interp = fx.Interpreter(gm)
+    for n in nodes:
+        args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: env[a] if a.op != "get_attr" else interp.fetch_attr(a.target))
+        env[n] = getattr(interp, n.op)(n.target, args, kwargs)
+    return env[out]
+
+
+@baseline("torch_checkpoint_sequential")
+def torch_checkpoint_sequential(model: nn.Module, *, segments: int = 0) -> Forward:
+    """``checkpoint_sequential`` over the model's sequential stages in ``segments`` segments
+    (0: ⌈√n⌉ for n stages, Chen et al.'s choice); in-place modules are turned out of place."""
+    if segments < 0:
+        raise ValueError(f"torch_checkpoint_sequential: segments={segments}; must be 0 (⌈√n⌉) or positive")
+    stages = _stages(model)
+    _out_of_place(model)
+    k = segments or math.ceil(math.sqrt(len(stages)))
+    k = min(k, len(stages))
+
+    def forward(*inputs: torch.Tensor) -> Any:
+        value = inputs if len(inputs) > 1 else inputs[0]
+        return checkpoint_sequential(stages, k, value, use_reentrant=False)
+
+    return forward
+
+
+# --------------------------------------------------------------------------- one checkpoint per block
+
+
+def _block_types() -> tuple[type, ...]:
+    """Residual blocks (torchvision's, the zoo's), DenseNet's dense layers (Pleiss et al.'s memory-efficient
+    DenseNet checkpoints these), Inception blocks and smp U-Net decoder blocks."""
+    from torchvision.models.densenet import _DenseLayer
+    from torchvision.models.googlenet import Inception
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+
+    from .nets import _Block
+
+    types: list[type] = [BasicBlock, Bottleneck, _DenseLayer, Inception, _Block]
+    with contextlib.suppress(ImportError):
+        from segmentation_models_pytorch.decoders.unet.decoder import UnetCenterBlock, UnetDecoderBlock
+
+        types += [UnetDecoderBlock, UnetCenterBlock]
+    return tuple(types)
+
+
+def _is_stages(m: nn.Module) -> bool:
+    """A plain ``nn.Sequential`` with max-pools (VGG's ``features``): checkpointed stage by stage."""
+    return type(m) is nn.Sequential and any(isinstance(k, nn.MaxPool2d) for k in m)
+
+
+def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The outermost blocks of ``model`` by name: modules of :func:`_block_types` and the ``features``
+    of torchvision's VGG (checkpointed stage by stage, a stage ending at a max-pool). A sequence that
+    its parent runs module by module (smp's VGG encoder, a VGG with its own forward) is no block."""
+    from torchvision.models.vgg import VGG
+
+    types = _block_types()
+    found: list[tuple[str, nn.Module]] = []
+    for name, m in model.named_modules():
+        if any(name.startswith(f"{b}.") for b, _ in found):
+            continue
+        if isinstance(m, VGG) and type(m).forward is VGG.forward and _is_stages(m.features):
+            found.append((f"{name}.features".lstrip("."), m.features))
+        elif isinstance(m, types):
+            found.append((name, m))
+    return found
+
+
+def _vgg_stages(seq: nn.Sequential) -> Forward:
+    """``seq``'s forward with each stage (modules up to and including a max-pool) checkpointed."""
+    stages: list[nn.Sequential] = []
+    run: list[nn.Module] = []
+    for m in seq:
+        run.append(m)
+        if isinstance(m, nn.MaxPool2d):
+            stages.append(nn.Sequential(*run))
+            run = []
+    if run:
+        stages.append(nn.Sequential(*run))
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        for stage in stages:
+            x = checkpoint(stage, x, use_reentrant=False)
+        return x
+
+    return forward
+
+
+def _checkpointed(m: nn.Module) -> Forward:
+    """``m``'s forward under ``checkpoint``; a list argument (DenseNet's previous features, which its
+    dense block appends to afterwards) is passed as a tuple, so that recomputation reads the same ones."""
+    plain = type(m).forward.__get__(m)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(tuple(a) if isinstance(a, list) else a for a in args)
+        return checkpoint(plain, *args, use_reentrant=False, **kwargs)
+
+    return forward
+
+
+@contextlib.contextmanager
+def _patched(found: list[tuple[str, nn.Module]]) -> Iterator[None]:
+    """Each block's ``forward`` checkpointed while the context lasts (the model is left as it was)."""
+    for _, m in found:
+        m.forward = _vgg_stages(m) if _is_stages(m) else _checkpointed(m)
+    try:
+        yield
+    finally:
+        for _, m in found:
+            del m.forward
+
+
+@baseline("torch_checkpoint_blocks")
+def torch_checkpoint_blocks(model: nn.Module) -> Forward:
+    """One ``checkpoint`` per block (:func:`blocks`); :class:`NoBlocks` for a model without any."""
+    found = blocks(model)
+    if not found:
+        raise NoBlocks(f"torch_checkpoint_blocks found no block in {type(model).__name__} (it knows "
+                       f"{', '.join(t.__name__ for t in _block_types())} and VGG's features); "
+                       "use torch_checkpoint_sequential or a planner")
+
+    def forward(*inputs: torch.Tensor) -> Any:
+        with _patched(found):
+            return model(*inputs)
+
+    return forward
+
+
+# --------------------------------------------------------------------------- selective checkpointing
+
+
+SAVED_OPS = frozenset({
+    torch.ops.aten.convolution.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
+})
+
+
+def _save_matmuls(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    """The policy of ``torch_sac``: keep matmul and convolution outputs, recompute the rest."""
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+@baseline("torch_sac")
+def torch_sac(model: nn.Module) -> Forward:
+    """The whole forward under one non-reentrant ``checkpoint`` with a selective policy (:data:`SAVED_OPS`);
+    in-place modules are turned out of place."""
+    _out_of_place(model)
+    context = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
+
+    def forward(*inputs: torch.Tensor) -> Any:
+        return checkpoint(model, *inputs, use_reentrant=False, context_fn=context)
+
+    return forward
+
+
+# --------------------------------------------------------------------------- torch.compile
+
+
+@baseline("torch_compile_budget", backends=("cpu", "cuda"))
+def torch_compile_budget(model: nn.Module, *, budget_fraction: float = 0.5, backend: str = "inductor") -> Forward:
+    """``torch.compile`` whose min-cut partitioner keeps at most ``budget_fraction`` of the activation
+    memory it would save by default (``activation_memory_budget``; 1.0 is plain compile, 0 recomputes
+    all it can). ``backend``: ``inductor`` or ``aot_eager_decomp_partition`` (the same partition, run
+    op by op: no C++ compiler needed, compiles in seconds)."""
+    if not 0 <= budget_fraction <= 1:
+        raise ValueError(f"torch_compile_budget: budget_fraction={budget_fraction!r}; must be in [0, 1]")
+    if backend not in COMPILE_BACKENDS:
+        raise ValueError(f"torch_compile_budget: backend={backend!r}; choose one of {', '.join(COMPILE_BACKENDS)}")
+    import torch._functorch.config as functorch_config
+
+    compiled = torch.compile(model, backend=backend)
+
+    def forward(*inputs: torch.Tensor) -> Any:
+        # the budget is read when the joint graph is partitioned, i.e. while the first call compiles
+        with functorch_config.patch(activation_memory_budget=budget_fraction):
+            return compiled(*inputs)
+
+    return forward

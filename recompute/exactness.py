@@ -1,0 +1,103 @@
+"""Whether a training step equals plain training: loss, parameter gradients and buffers (BatchNorm
+statistics) after one step from the same generator state, compared bitwise and within ``assert_close``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .measure import default_loss
+
+__all__ = ["Exactness", "train_step", "compare"]
+
+
+def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int,
+               loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
+    """Loss, parameter gradients and buffers (BatchNorm statistics) after one step from ``seed``.
+
+    The gradients are the model's own tensors, not copies: a further step must start from
+    ``model.zero_grad(set_to_none=True)``, or it accumulates into them.
+    """
+    torch.manual_seed(seed)
+    loss = loss_fn(forward(*inputs))
+    loss.backward()
+    return {
+        "loss": loss.detach(),
+        "rng": torch.get_rng_state(),
+        **{f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None},
+        **{f"buffer:{n}": b.clone() for n, b in model.named_buffers()},
+    }
+
+
+@dataclass
+class Exactness:
+    """How one step of a method compares with plain training.
+
+    Attributes:
+        unequal: entries (``loss``, ``grad:<name>``, ``buffer:<name>``, ``rng``) not bitwise equal.
+        differs: those of them outside ``assert_close``'s default tolerance for their dtype.
+    """
+
+    unequal: list[str] = field(default_factory=list)
+    differs: list[str] = field(default_factory=list)
+
+    @property
+    def bitwise(self) -> bool:
+        return not self.unequal
+
+    def summary(self) -> str:
+        """``bitwise``, ``close`` (within assert_close) or ``differs: loss, 3 grads, 4 buffers``."""
+        if self.bitwise:
+            return "bitwise"
+        if not self.differs:
+            return "close"
+        kinds = {"grad": 0, "buffer": 0}
+        named = [k for k in self.differs if ":" not in k]
+        for k in self.differs:
+            if ":" in k:
+                kinds[k.split(":")[0]] += 1
+        return "differs: " + ", ".join([*named, *(f"{n} {k}s" for k, n in kinds.items() if n)])
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        torch.testing.assert_close(a, b)
+    except AssertionError:
+        return False
+    return True
+
+
+def compare(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, *, seed: int = 0,
+            loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> Exactness:
+    """One step of ``model`` and one of ``forward`` (a method wrapping it: an executor, a baseline) from
+    the same buffers and generator state; the model's buffers, gradients and the global generator are
+    left as they were. An executor traced with the loss (``includes_loss``) returns the loss itself."""
+    start = {n: b.clone() for n, b in model.named_buffers()}
+    grads = {n: p.grad for n, p in model.named_parameters()}
+
+    def step(f: Callable[..., Any]) -> dict[str, Any]:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for n, b in model.named_buffers():
+                b.copy_(start[n])
+        return train_step(model, f, inputs, seed, (lambda out: out) if getattr(f, "includes_loss", False) else loss_fn)
+
+    devices = sorted({x.device.index or 0 for x in inputs if x.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
+        ref = step(model)
+        got = step(forward)
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(start[n])
+    for n, p in model.named_parameters():
+        p.grad = grads[n]
+    result = Exactness()
+    for key in sorted(ref.keys() | got.keys()):
+        a, b = ref.get(key), got.get(key)
+        if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
+            result.unequal.append(key)
+            if a is None or b is None or a.shape != b.shape or key == "rng" or not _close(b, a):
+                result.differs.append(key)
+    return result
