@@ -6,15 +6,16 @@ import copy
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from scipy.optimize import Bounds, milp as highs_milp
 
 import recompute
 from recompute import nets
 from recompute.graph import Graph
 from recompute.measure import default_loss, measure
 from recompute.plan import InfeasibleBudget
-from recompute.planners.milp import Problem, lp_bound, problem, stage_memory
+from recompute.planners.milp import Problem, _assemble, lp_bound, problem, stage_memory
 
 from .exactness import assert_same, train_step
 from .strategies import dags
@@ -89,8 +90,13 @@ def _brute_force(pb: Problem, budget: int | None) -> tuple[int, int] | None:
     return cost - int(pb.time.sum()), peak
 
 
+# a value freed inside a stage: the least peak (285 bytes) needs it; without FREE the program finds 304
+FREES = Graph.from_edges([(0, 1), (3, 0), (3, 2)], [44, 56, 19, 55], [3, 7, 6, 5])
+
+
 @TINY
 @given(dags(min_nodes=2, max_nodes=4), st.floats(0, 1))
+@example(FREES, 0.0)
 def test_milp_equals_brute_force(g: Graph, frac: float) -> None:
     pb = problem(g)
     least = _brute_force(pb, None)[1]
@@ -110,27 +116,40 @@ def test_milp_equals_brute_force(g: Graph, frac: float) -> None:
         recompute.plan(g, "milp", budget=least - 1, **SOLVE)
 
 
-# --- against exactdp: a canonical strategy whose blocks are runs of the order is a schedule of the program
+# --- against exactdp: a canonical strategy is a point of the program over its own differentiation order
 
 
-def _canonical_stages(g: Graph, pb: Problem, lower_sets: list[frozenset[int]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(R, S) of the canonical strategy of ``lower_sets``, or None when a block is not a run of the
-    stage order (the program differentiates nodes strictly from last to first): forward computes
-    everything once; the backward stage of a block's last node recomputes the block but its
-    boundary; each value is kept exactly while a later stage reads it."""
-    n = pb.n
+def _in_order(g: Graph, lower_sets: list[frozenset[int]]) -> tuple[Graph, list[frozenset[int]]]:
+    """``g`` renumbered so that its topological order (smallest id first) is the order in which the
+    canonical strategy of ``lower_sets`` differentiates backwards: block V_1, V_2, …, each in g's
+    order; and the sequence renumbered likewise."""
     pos = {v: i for i, v in enumerate(g.topo_order)}
-    R = np.zeros((2 * n, n), dtype=bool)
-    R[np.arange(n), np.arange(n)] = True
+    order: list[int] = []
     prev: frozenset[int] = frozenset()
     for lower in lower_sets:
-        block = sorted(pos[v] for v in lower - prev)
-        if block != list(range(len(prev), len(lower))):
-            return None
-        boundary = {pos[v] for v in lower if any(w not in lower for w in g.succs[v])}
-        if lower != lower_sets[-1]:
-            R[n + n - 1 - block[-1], [v for v in block if v not in boundary]] = True
+        order += sorted(lower - prev, key=pos.__getitem__)
         prev = lower
+    new = {v: i for i, v in enumerate(order)}
+    edges = [(new[u], new[v]) for v in range(g.n) for u in g.preds[v]]
+    h = Graph.from_edges(edges, [int(g.mem[v]) for v in order], [int(g.time[v]) for v in order],
+                         outputs=[new[o] for o in g.outputs])
+    return h, [frozenset(new[v] for v in lower) for lower in lower_sets]
+
+
+def _canonical_stages(pb: Problem, lower_sets: list[frozenset[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(R, S) of the canonical strategy of ``lower_sets`` on a graph numbered in its differentiation
+    order (each block a run of the stages): forward computes everything once; the backward stage of
+    a block's last node recomputes the block but its boundary and the outputs (which the program
+    keeps to the end, as the executor does); each value is kept exactly while a later stage reads it."""
+    n = pb.n
+    succs = [[v for v in range(n) if u in pb.preds[v]] for u in range(n)]
+    R = np.zeros((2 * n, n), dtype=bool)
+    R[np.arange(n), np.arange(n)] = True
+    for before, lower in zip([frozenset(), *lower_sets], lower_sets[:-1]):
+        assert lower == frozenset(range(len(lower)))  # a prefix of the order: its blocks are runs
+        block = range(len(before), len(lower))
+        again = [v for v in block if all(w in lower for w in succs[v]) and not pb.pinned[v]]
+        R[2 * n - 1 - block[-1], again] = True
     S = np.zeros((2 * n, n), dtype=bool)
     for t in range(2 * n - 1, 0, -1):
         reads = set(np.flatnonzero(pb.needs[t - n])) if t >= n else set()
@@ -141,20 +160,47 @@ def _canonical_stages(g: Graph, pb: Problem, lower_sets: list[frozenset[int]]) -
     return R, S
 
 
+def _is_point(pb: Problem, R: np.ndarray, S: np.ndarray, budget: int) -> bool:
+    """The program at ``budget`` with R and S fixed to the given schedule has a solution (FREE and U free)."""
+    prog = _assemble(pb, budget)
+    lo, hi = prog.bounds.lb.copy(), prog.bounds.ub.copy()
+    for idx, x in ((prog.r, R), (prog.s, S)):
+        if ((x < lo[idx]) | (x > hi[idx])).any():  # the schedule breaks a bound of the program
+            return False
+        lo[idx] = hi[idx] = x
+    res = highs_milp(prog.c, integrality=prog.integrality, bounds=Bounds(lo, hi), constraints=prog.constraint,
+                     options={"time_limit": 20.0})
+    return res.status == 0
+
+
 @settings(max_examples=25, deadline=None)
 @given(dags(min_nodes=3, max_nodes=6), st.floats(0, 1))
 def test_milp_not_worse_than_exactdp(g: Graph, frac: float) -> None:
-    pb = problem(g)
+    """What holds: the MILP's optimum ≤ exactdp-TC's overhead at the program's peak of exactdp's plan,
+    on the program whose stages differentiate in that plan's order. Why only so: the program fixes one
+    differentiation order (reverse stage order = the graph's topological order) and a canonical
+    strategy differentiates block by block, which is another topological order whenever a block is
+    no run of the graph's (a third of these DAGs); and on a graph built from edges there is no
+    simulator, so the program prices memory its own way (gradients live between stages, values die
+    after their last use in a stage): its peak of a canonical strategy is neither eq. (2), exactdp's
+    model here, nor the liveness model (it agrees with liveness on about 1 graph in 200). Renumbered
+    to the plan's order, the plan is a point (R, S) of the program; the MILP finds no worse one. On a
+    traced graph the program's peak is not the simulator's either (it counts a multi-output op whole,
+    omits BatchNorm statistics), so at exactdp's simulated peak no inequality follows."""
     dp = recompute.plan(g, "exactdp", strategy="tc")
     dp = recompute.plan(g, "exactdp", strategy="tc", budget=dp.budget + int(frac * g.total_mem()))
-    stages = _canonical_stages(g, pb, dp.lower_sets)
-    if stages is None:  # its blocks interleave in the order: not a schedule of the program
-        return
-    R, S = stages
-    assert int((R * pb.time).sum()) - g.total_time() == dp.overhead
+    h, lower_sets = _in_order(g, dp.lower_sets)
+    pb = problem(h)
+    R, S = _canonical_stages(pb, lower_sets)
+    # the point is exactdp's plan, but for eq. (1) counting the outputs outside V_k as recomputed
+    before_last = lower_sets[-2] if len(lower_sets) > 1 else frozenset()
+    point = int((R * pb.time).sum()) - h.total_time()
+    assert point == dp.overhead - sum(int(h.time[o]) for o in h.outputs if o in before_last)
     budget = int(stage_memory(pb, R, S).max())  # the canonical strategy's peak in the program's terms
-    plan = recompute.plan(g, "milp", budget=budget, **SOLVE)
-    assert plan.overhead <= dp.overhead
+    assert _is_point(pb, R, S, budget)  # the containment itself, not only the inequality it implies
+    plan = recompute.plan(h, "milp", budget=budget, **SOLVE)
+    assert plan.info["status"] == "optimal" and plan.peak <= budget
+    assert plan.overhead <= point <= dp.overhead
 
 
 # --- traced networks: the schedule runs exactly and the budget bounds the measured peak -----------
