@@ -33,7 +33,7 @@ from .joint import JointProgram, trace_step
 from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
 
-__all__ = ["trace", "TraceError", "Program"]
+__all__ = ["trace", "graph_of", "TraceError", "Program"]
 
 
 class TraceError(RuntimeError):
@@ -161,11 +161,19 @@ def trace(
             "shared sub-module several times instead of registering it under several names)."
         )
     start = _time.perf_counter()
-    program = _condense(_export(model, args, loss_fn), loss=loss_fn is not None)
+    g = graph_of(_export(model, args, loss_fn), loss=loss_fn is not None, cost_model=cost_model, **cost_options)
+    g.program.trace_seconds = _time.perf_counter() - start
+    return g
+
+
+def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "paper", **cost_options: Any) -> Graph:
+    """G = (V, E) with costs of a joint graph: its forward half condensed into V (see the module
+    docstring). :func:`trace` builds it from ``aot_export_module``'s joint graph; the
+    ``torch.compile`` backend (:mod:`recompute.dynamo`) from the one AOTAutograd partitions."""
+    program = _condense(joint, loss=loss)
     preds, mem, names, ops = _graph_lists(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)
-    program.trace_seconds = _time.perf_counter() - start
     return Graph(
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
         cost_model=cost_model, program=program, saved=_saved_bytes(program),
