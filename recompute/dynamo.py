@@ -92,6 +92,11 @@ class Backend:
         self.cost_model, self.plan_options = cost_model, plan_options
         self.partitions: list[Partition] = []
 
+    def __repr__(self) -> str:  # dynamo names the backend by it in its errors
+        options = "".join(f", {k}={v!r}" for k, v in self.plan_options.items())
+        return (f"recompute.backend({self.method!r}, strategy={self.strategy!r}, budget={self.budget!r}, "
+                f"runtime={self.runtime!r}, cost_model={self.cost_model!r}{options})")
+
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if self.runtime == "eager":
             return aot_module_simplified(gm, example_inputs, fw_compiler=boxed_nop, bw_compiler=boxed_nop,
@@ -165,6 +170,10 @@ def _joint_program(gm: fx.GraphModule, num_fwd_outputs: int, static: set[int]) -
     if len(primals) + len(tangents) != len(placeholders):
         extra = [n.name for n in placeholders if n not in primals and n.name not in tangents]
         raise NotImplementedError(f"recompute.backend: joint graph inputs {extra} (RNG seeds, tokens) are not supported")
+    if any(not isinstance(n.meta.get("val"), torch.Tensor) or any(isinstance(d, torch.SymInt) for d in n.meta["val"].shape)
+           for n in placeholders):
+        # a saved size would be an output of its own kind (AOTAutograd keeps symbolic sizes apart)
+        raise NotImplementedError("recompute.backend plans static shapes only: compile with torch.compile(..., dynamic=False)")
     output = gm.graph.find_nodes(op="output")[0]
     outs, descs = output.args[0], output.meta.get("desc") or [None] * len(output.args[0])
     grads = {d.grad_of.idx: o.name for o, d in zip(outs[num_fwd_outputs:], descs[num_fwd_outputs:])

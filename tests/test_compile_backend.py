@@ -130,9 +130,17 @@ def test_infeasible_budget_names_the_smallest():
         compiled(x)
 
 
+def test_dynamic_shapes_are_refused():
+    model, (x,) = nets.build("chain", batch_size=2, input_size=8, seed=0, depth=2)
+    compiled = torch.compile(model, backend=recompute.backend("chen"), dynamic=True)
+    with pytest.raises(Exception, match="static shapes only"):
+        compiled(x)
+
+
 @pytest.mark.slow
 def test_inductor_runtime_trains_batchnorm_net_like_eager():
     """Inductor compiles the two modules of our partition (C++ on the CPU: about a minute); its fused
-    kernels round differently, so equal within ``assert_close``."""
-    backend = _assert_trains_like_eager("resblock", bitwise=False, method="chen", runtime="inductor")
+    kernels round differently, so equal within ``assert_close``. (``chen`` finds no candidate split in
+    inductor's decomposed graph: it would plan nothing here.)"""
+    backend = _assert_trains_like_eager("resblock", bitwise=False, method="approxdp", strategy="mc", runtime="inductor")
     assert backend.partitions[-1].plan.recomputed()
