@@ -11,7 +11,8 @@ backward module. Ours decides what is saved and what is recomputed:
    does (:func:`recompute.trace.graph_of`); each backward op belongs to the forward op whose
    ``grad_fn`` ran it, read off the ``seq_nr`` AOTAutograd stamps on both;
 2. :func:`recompute.plan` solves the recomputation problem on that graph; the plan is compiled into its
-   canonical schedule (:func:`recompute.schedule.canonical`);
+   canonical schedule (:func:`recompute.schedule.canonical`), or a planner that recomputes more than
+   once (``revolve``…) hands its own schedule;
 3. the two modules are written from the schedule: the forward module runs the forward phase and
    returns, after the graph's outputs, exactly the values the backward phase reads (the cached
    boundaries ∂(L_i), and the inputs and parameters backward ops read); the backward module, for
@@ -24,12 +25,15 @@ runs where inductor's min-cut partitioner would, after its decompositions and jo
 Exactness:
 
 * BatchNorm: the joint graph is functional; the new running statistics are outputs of the forward
-  module, which AOTAutograd writes to the buffers once. A recomputed training-mode BatchNorm reads the
-  old statistics (saved from the forward pass) and its normalised output does not depend on them.
+  module, which AOTAutograd writes to the buffers once. A recomputed training-mode BatchNorm reads
+  those new statistics in place of the buffers (its normalised output depends on neither) and its own
+  new statistics go unused.
 * Random ops (dropout) are never recomputed: their outputs (the mask, or the random tensor an
   inductor decomposition draws) are kept from the forward pass and recomputation reads those, so the
   masks are the forward's. The eager runtime draws them with eager's kernels in eager's order; inductor
-  draws with its own generator unless ``torch._inductor.config.fallback_random = True``.
+  draws with its own generator unless ``torch._inductor.config.fallback_random = True`` (then its masks
+  are eager's). Writes into inputs (inductor's ``copy_`` of BatchNorm statistics) are likewise never
+  recomputed.
 """
 
 from __future__ import annotations
@@ -68,7 +72,9 @@ class Partition:
             (the canonical one, random ops never recomputed).
         saved: fx names of the values the forward module saves for backward.
         saved_bytes: the bytes of the activations among them (:func:`activation_bytes`).
-        peak: the simulated peak (bytes) of ``schedule`` (:func:`recompute.simulate`).
+        peak: the simulated peak (bytes) of ``schedule`` (:func:`recompute.simulate`); the modules
+            drop every value after its last read, where the canonical schedule holds a cached one to
+            the end of its block's backward, so on the eager runtime this bounds what they hold.
         forward, backward: the two fx modules handed to the runtime's compilers.
     """
 
@@ -134,7 +140,7 @@ class _Inductor(CustomPartitionerFn):
         return None  # the partition depends on the plan's options: never reuse a cached compilation
 
     def __deepcopy__(self, memo: dict) -> "_Inductor":
-        return self  # config patches are deep-copied; the plans must still be recorded on our Backend
+        return self  # inductor deep-copies config values when it reads them; plans must land on our Backend
 
 
 def activation_bytes(saved: Sequence[Any]) -> int:
@@ -214,11 +220,18 @@ def _joint_program(gm: fx.GraphModule, num_fwd_outputs: int, static: set[int]) -
     )
 
 
+def _once(node: fx.Node) -> bool:
+    """Whether ``node`` must run once per step: it draws random numbers, or it writes into its input
+    (inductor's graphs write BatchNorm's statistics into the buffers with ``copy_``)."""
+    target = node.target
+    return is_random(node) or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
+
+
 def _random_kept(p: Program, s: Schedule) -> Schedule:
-    """``s`` without recomputations of random ops: the members of a node of V that draws random
-    numbers are read from the forward pass instead (their values are saved), so every mask is drawn
+    """``s`` without recomputations of random ops (and of writes into inputs): the members of such a
+    node of V are read from the forward pass instead (their values are saved), so every mask is drawn
     once, by the forward pass, as in eager training."""
-    random = {m.name for nodes in p.members if any(is_random(m) for m in nodes) for m in nodes}
+    random = {m.name for nodes in p.members if any(_once(m) for m in nodes) for m in nodes}
 
     def kept(inst: Instance) -> Instance:
         return (inst[0], 0) if inst[0] in random else inst

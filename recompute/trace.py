@@ -28,7 +28,7 @@ import torch
 import torch.fx as fx
 
 from . import costs
-from .fxnodes import output_tensors
+from .fxnodes import is_random, output_tensors
 from .joint import JointProgram, trace_step
 from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
@@ -198,7 +198,9 @@ def _condense(joint: JointProgram, loss: bool) -> Program:
     live = set(joint.user_inputs)  # fx nodes that depend on a user input
     for node in joint.forward:
         inputs = [a.name for a in node.all_input_nodes]
-        if not any(a in live for a in inputs):
+        # a random op stays in V even where it reads no input (inductor's dropout draws into an
+        # ``empty`` tensor): run up front, it would draw before the random ops traced ahead of it
+        if not any(a in live for a in inputs) and not is_random(node):
             prologue.append(node)
             continue
         live.add(node.name)
