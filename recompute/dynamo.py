@@ -118,7 +118,7 @@ class Backend:
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         g = graph_of(joint, cost_model=self.cost_model)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-        s = _random_kept(g.program, p.schedule if p.schedule is not None else canonical(g, p.lower_sets))
+        s = _kept_from_forward(g.program, p.schedule if p.schedule is not None else canonical(g, p.lower_sets))
         fw, bw, saved = _split(g.program, s, num_fwd_outputs)
         self.partitions.append(Partition(graph=g, plan=p, schedule=s, saved=saved,
                                          saved_bytes=activation_bytes([joint.node(n) for n in saved]),
@@ -227,18 +227,18 @@ def _once(node: fx.Node) -> bool:
     return is_random(node) or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
 
 
-def _random_kept(p: Program, s: Schedule) -> Schedule:
+def _kept_from_forward(p: Program, s: Schedule) -> Schedule:
     """``s`` without recomputations of random ops (and of writes into inputs): the members of such a
     node of V are read from the forward pass instead (their values are saved), so every mask is drawn
     once, by the forward pass, as in eager training."""
-    random = {m.name for nodes in p.members if any(_once(m) for m in nodes) for m in nodes}
+    once = {m.name for nodes in p.members if any(_once(m) for m in nodes) for m in nodes}
 
     def kept(inst: Instance) -> Instance:
-        return (inst[0], 0) if inst[0] in random else inst
+        return (inst[0], 0) if inst[0] in once else inst
 
     steps, reads, block = [], [], []
     for i, (inst, r) in enumerate(zip(s.steps, s.reads)):
-        if inst[0] in random and inst[1] > 0:
+        if inst[0] in once and inst[1] > 0:
             continue
         steps.append(inst)
         reads.append(tuple(kept(x) for x in r))
