@@ -5,9 +5,11 @@
     p = recompute.plan(g, "approxdp", strategy="tc")  # a canonical strategy L_1 ≺ … ≺ L_k = V
     m = recompute.optimize(model, (x,))               # a module that trains with less memory
     r = recompute.measure(model, (x,), runner=recompute.execute(g, p), backend="fake")
+    c = torch.compile(model, backend=recompute.backend("approxdp"))  # our plan partitions the joint graph
 """
 
 from . import lowerset
+from .dynamo import backend
 from .execute import Executor, execute
 from .graph import Graph
 from .measure import Measurement, measure
@@ -17,5 +19,5 @@ from .trace import TraceError, trace
 
 __all__ = [
     "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError",
-    "trace", "plan", "methods", "execute", "optimize", "measure", "lowerset",
+    "trace", "plan", "methods", "execute", "optimize", "measure", "backend", "lowerset",
 ]

@@ -28,12 +28,12 @@ import torch
 import torch.fx as fx
 
 from . import costs
-from .fxnodes import output_tensors
+from .fxnodes import is_random, output_tensors
 from .joint import JointProgram, trace_step
 from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
 
-__all__ = ["trace", "TraceError", "Program"]
+__all__ = ["trace", "graph_of", "TraceError", "Program"]
 
 
 class TraceError(RuntimeError):
@@ -161,11 +161,19 @@ def trace(
             "shared sub-module several times instead of registering it under several names)."
         )
     start = _time.perf_counter()
-    program = _condense(_export(model, args, loss_fn), loss=loss_fn is not None)
+    g = graph_of(_export(model, args, loss_fn), loss=loss_fn is not None, cost_model=cost_model, **cost_options)
+    g.program.trace_seconds = _time.perf_counter() - start
+    return g
+
+
+def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "paper", **cost_options: Any) -> Graph:
+    """G = (V, E) with costs of a joint graph: its forward half condensed into V (see the module
+    docstring). :func:`trace` builds it from ``aot_export_module``'s joint graph; the
+    ``torch.compile`` backend (:mod:`recompute.dynamo`) from the one AOTAutograd partitions."""
+    program = _condense(joint, loss=loss)
     preds, mem, names, ops = _graph_lists(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)
-    program.trace_seconds = _time.perf_counter() - start
     return Graph(
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
         cost_model=cost_model, program=program, saved=_saved_bytes(program),
@@ -190,7 +198,9 @@ def _condense(joint: JointProgram, loss: bool) -> Program:
     live = set(joint.user_inputs)  # fx nodes that depend on a user input
     for node in joint.forward:
         inputs = [a.name for a in node.all_input_nodes]
-        if not any(a in live for a in inputs):
+        # a random op stays in V even where it reads no input (inductor's dropout draws into an
+        # ``empty`` tensor): run up front, it would draw before the random ops traced ahead of it
+        if not any(a in live for a in inputs) and not is_random(node):
             prologue.append(node)
             continue
         live.add(node.name)

@@ -1,0 +1,345 @@
+"""``recompute.backend``: a ``torch.compile`` backend whose partition of the joint graph is our plan.
+
+    model = torch.compile(model, backend=recompute.backend(method="approxdp", strategy="mc"))
+    loss = crit(model(x), y); loss.backward(); opt.step()
+
+Dynamo hands every graph it captures to AOTAutograd, which traces its forward and backward into one
+functional joint ATen graph and asks a *partition function* to split that into a forward and a
+backward module. Ours decides what is saved and what is recomputed:
+
+1. the forward half of the joint graph is condensed into the paper's V, as :func:`recompute.trace`
+   does (:func:`recompute.trace.graph_of`); each backward op belongs to the forward op whose
+   ``grad_fn`` ran it, read off the ``seq_nr`` AOTAutograd stamps on both;
+2. :func:`recompute.plan` solves the recomputation problem on that graph; the plan is compiled into its
+   canonical schedule (:func:`recompute.schedule.canonical`), or a planner that recomputes more than
+   once (``revolve``…) hands its own schedule;
+3. the two modules are written from the schedule: the forward module runs the forward phase and
+   returns, after the graph's outputs, exactly the values the backward phase reads (the cached
+   boundaries ∂(L_i), and the inputs and parameters backward ops read); the backward module, for
+   i = k, …, 1, recomputes V_i \\ ∂(L_i) right before the backward ops of V_i.
+
+``runtime="eager"`` runs both modules op by op (generated fx code that drops each value after its
+last use, like ``aot_eager``); ``runtime="inductor"`` lets inductor compile them (our partition then
+runs where inductor's min-cut partitioner would, after its decompositions and joint-graph passes).
+
+Exactness:
+
+* BatchNorm: the joint graph is functional; the new running statistics are outputs of the forward
+  module, which AOTAutograd writes to the buffers once. A recomputed training-mode BatchNorm reads
+  those new statistics in place of the buffers (its normalised output depends on neither) and its own
+  new statistics go unused.
+* Random ops (dropout) are never recomputed: their outputs (the mask, or the random tensor an
+  inductor decomposition draws) are kept from the forward pass and recomputation reads those, so the
+  masks are the forward's. The eager runtime draws them with eager's kernels in eager's order; inductor
+  draws with its own generator unless ``torch._inductor.config.fallback_random = True`` (then its masks
+  are eager's). Writes into inputs (inductor's ``copy_`` of BatchNorm statistics) are likewise never
+  recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch._dynamo.backends.debugging import boxed_nop
+from torch._functorch._aot_autograd.descriptors import GradAOTOutput, InputMutationAOTOutput
+from torch._functorch.aot_autograd import aot_module_simplified
+from torch._inductor.custom_graph_pass import CustomPartitionerFn
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .fxnodes import is_random, output_tensors
+from .graph import Graph
+from .joint import JointProgram
+from .plan import Plan, plan, spec
+from .schedule import Instance, Schedule, canonical
+from .simulate import simulate
+from .trace import Program, graph_of
+from .validate import check_budget, check_cost_model, check_method
+
+__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes"]
+
+RUNTIMES = ("eager", "inductor")
+
+
+@dataclass(eq=False)
+class Partition:
+    """What the backend did with one joint graph.
+
+    Attributes:
+        graph, plan, schedule: G = (V, E) of the joint graph, the plan, and the schedule that runs
+            (the canonical one, random ops never recomputed).
+        saved: fx names of the values the forward module saves for backward.
+        saved_bytes: the bytes of the activations among them (:func:`activation_bytes`).
+        peak: the simulated peak (bytes) of ``schedule`` (:func:`recompute.simulate`); the modules
+            drop every value after its last read, where the canonical schedule holds a cached one to
+            the end of its block's backward, so on the eager runtime this bounds what they hold.
+        forward, backward: the two fx modules handed to the runtime's compilers.
+    """
+
+    graph: Graph
+    plan: Plan
+    schedule: Schedule
+    saved: list[str]
+    saved_bytes: int
+    peak: int
+    forward: fx.GraphModule
+    backward: fx.GraphModule
+
+
+class Backend:
+    """A ``torch.compile`` backend (call it with dynamo's graph and example inputs); ``partitions``
+    lists what it did with each joint graph it split, most recent last."""
+
+    def __init__(self, method: str, strategy: str | None, budget: int | None, runtime: str, cost_model: str,
+                 plan_options: dict[str, Any]):
+        self.method, self.strategy, self.budget, self.runtime = method, strategy, budget, runtime
+        self.cost_model, self.plan_options = cost_model, plan_options
+        self.partitions: list[Partition] = []
+
+    def __repr__(self) -> str:  # dynamo names the backend by it in its errors
+        options = "".join(f", {k}={v!r}" for k, v in self.plan_options.items())
+        return (f"recompute.backend({self.method!r}, strategy={self.strategy!r}, budget={self.budget!r}, "
+                f"runtime={self.runtime!r}, cost_model={self.cost_model!r}{options})")
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if self.runtime == "eager":
+            return aot_module_simplified(gm, example_inputs, fw_compiler=boxed_nop, bw_compiler=boxed_nop,
+                                         partition_fn=self.partition)
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": _Inductor(self.partition)})
+
+    def partition(self, joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int,
+                  static_lifetime_input_indices: list[int] | None = None,
+                  **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """AOTAutograd's ``partition_fn``: the forward and backward modules of our plan."""
+        joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
+        g = graph_of(joint, cost_model=self.cost_model)
+        p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
+        s = _kept_from_forward(g.program, p.schedule if p.schedule is not None else canonical(g, p.lower_sets))
+        fw, bw, saved = _split(g.program, s, num_fwd_outputs)
+        self.partitions.append(Partition(graph=g, plan=p, schedule=s, saved=saved,
+                                         saved_bytes=activation_bytes([joint.node(n) for n in saved]),
+                                         peak=simulate(g.program, s).peak, forward=fw, backward=bw))
+        return fw, bw
+
+
+class _Inductor(CustomPartitionerFn):
+    """Our partition where inductor calls its partitioner (``config.custom_partitioner_fn``)."""
+
+    def __init__(self, partition: Callable[..., tuple[fx.GraphModule, fx.GraphModule]]):
+        self.partition = partition
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        kwargs.pop("compiler", None)
+        return self.partition(gm, joint_inputs, **kwargs)
+
+    def uuid(self) -> None:
+        return None  # the partition depends on the plan's options: never reuse a cached compilation
+
+    def __deepcopy__(self, memo: dict) -> "_Inductor":
+        return self  # inductor deep-copies config values when it reads them; plans must land on our Backend
+
+
+def activation_bytes(saved: Sequence[Any]) -> int:
+    """Bytes of the distinct storages of the computed values among ``saved`` (fx nodes of a joint
+    graph): what a partition keeps for backward besides the graph's inputs and parameters, each
+    storage once however many views of it are saved."""
+    storages: dict[StorageWeakRef, int] = {}
+    inputs: set[StorageWeakRef] = set()
+    for n in saved:
+        if not isinstance(n, fx.Node):
+            continue
+        # views of the parameters (a transposed weight) keep nothing alive
+        inputs |= {StorageWeakRef(t.untyped_storage()) for p in n.graph.find_nodes(op="placeholder")
+                   for _, t in output_tensors(p.meta.get("val"))}
+        for _, t in output_tensors(n.meta.get("val")):
+            storages[StorageWeakRef(t.untyped_storage())] = t.untyped_storage().nbytes()
+    return sum(size for ref, size in storages.items() if ref not in inputs)
+
+
+def _joint_program(gm: fx.GraphModule, num_fwd_outputs: int, static: set[int]) -> JointProgram:
+    """AOTAutograd's joint graph as a :class:`JointProgram`.
+
+    Placeholders are the primals (parameters and buffers — the static inputs — then dynamo's inputs, in
+    dynamo's order) and the tangents. The outputs are the forward's (new values of mutated buffers,
+    then the graph's outputs) and then one gradient per primal. A call is a backward op where
+    AOTAutograd tagged it so or where it reads a tangent or a backward op; every other call is forward.
+    Each backward op belongs to the first forward op with its ``seq_nr`` (the op that created the
+    ``grad_fn``; ops after it that create none, like BatchNorm's counter, share its number).
+    """
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    primals = [n for n in placeholders if n.name.startswith("primals")]
+    tangents = [n.name for n in placeholders if n.name.startswith("tangents")]
+    if len(primals) + len(tangents) != len(placeholders):
+        extra = [n.name for n in placeholders if n not in primals and n.name not in tangents]
+        raise NotImplementedError(f"recompute.backend: joint graph inputs {extra} (RNG seeds, tokens) are not supported")
+    if any(not isinstance(n.meta.get("val"), torch.Tensor) or any(isinstance(d, torch.SymInt) for d in n.meta["val"].shape)
+           for n in placeholders):
+        # a saved size would be an output of its own kind (AOTAutograd keeps symbolic sizes apart)
+        raise NotImplementedError("recompute.backend plans static shapes only: compile with torch.compile(..., dynamic=False)")
+    output = gm.graph.find_nodes(op="output")[0]
+    outs, descs = output.args[0], output.meta.get("desc") or [None] * len(output.args[0])
+    grads = {d.grad_of.idx: o.name for o, d in zip(outs[num_fwd_outputs:], descs[num_fwd_outputs:])
+             if isinstance(d, GradAOTOutput) and isinstance(o, fx.Node)}
+    buffer_writes, user_outputs = {}, []
+    for o, d in zip(outs[:num_fwd_outputs], descs[:num_fwd_outputs]):
+        if isinstance(d, InputMutationAOTOutput) and isinstance(o, fx.Node):
+            buffer_writes[o.name] = primals[d.mutated_input.idx].name
+        elif isinstance(o, fx.Node):
+            user_outputs.append(o)
+    backward_names: set[str] = set(tangents)
+    forward, backward = [], []
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.meta.get("partitioner_tag") == "is_backward" or any(a.name in backward_names for a in n.all_input_nodes):
+            backward_names.add(n.name)
+            backward.append(n)
+        else:
+            forward.append(n)
+    first: dict[int, str] = {}
+    for n in forward:
+        first.setdefault(n.meta.get("seq_nr", -1), n.name)
+    owner = {n.name: first[n.meta["seq_nr"]] for n in backward if n.meta.get("seq_nr") in first}
+    params = {p.name: p.name for i, p in enumerate(primals) if i in static and i in grads}
+    return JointProgram(
+        gm=gm,
+        params=params,
+        buffers={p.name: p.name for i, p in enumerate(primals) if i in static and p.name not in params},
+        user_inputs=[p.name for i, p in enumerate(primals) if i not in static],
+        tangents=tangents,
+        user_outputs=user_outputs,
+        buffer_writes=buffer_writes,
+        param_grads={name: primals[i].name for i, name in grads.items()},
+        forward=forward,
+        backward=backward,
+        owner=owner,
+    )
+
+
+def _once(node: fx.Node) -> bool:
+    """Whether ``node`` must run once per step: it draws random numbers, or it writes into its input
+    (inductor's graphs write BatchNorm's statistics into the buffers with ``copy_``)."""
+    target = node.target
+    return is_random(node) or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
+
+
+def _kept_from_forward(p: Program, s: Schedule) -> Schedule:
+    """``s`` without recomputations of random ops (and of writes into inputs): the members of such a
+    node of V are read from the forward pass instead (their values are saved), so every mask is drawn
+    once, by the forward pass, as in eager training."""
+    once = {m.name for nodes in p.members if any(_once(m) for m in nodes) for m in nodes}
+
+    def kept(inst: Instance) -> Instance:
+        return (inst[0], 0) if inst[0] in once else inst
+
+    steps, reads, block = [], [], []
+    for i, (inst, r) in enumerate(zip(s.steps, s.reads)):
+        if inst[0] in once and inst[1] > 0:
+            continue
+        steps.append(inst)
+        reads.append(tuple(kept(x) for x in r))
+        block.append(s.block[i] if s.block else 0)
+    if len(steps) == len(s.steps):
+        return s
+    # release points are not used by the split (values die after their last read)
+    return Schedule(steps=steps, reads=reads, backward_start=s.backward_start, block=block)
+
+
+def _split(p: Program, s: Schedule, num_fwd_outputs: int) -> tuple[fx.GraphModule, fx.GraphModule, list[str]]:
+    """The forward and backward modules of schedule ``s``, in AOTAutograd's calling convention:
+    forward(*primals) → (*forward outputs, *saved); backward(*saved, *tangents) → one gradient (or
+    None) per primal. Saved are the forward's values (primals included) that the backward phase reads,
+    in the order it first reads them."""
+    joint = p.joint
+    gm = joint.gm
+    output = gm.graph.find_nodes(op="output")[0]
+    fw_outs, bw_outs = output.args[0][:num_fwd_outputs], output.args[0][num_fwd_outputs:]
+    fwd, bwd = fx.Graph(), fx.Graph()
+    fenv: dict[Instance, fx.Node] = {}
+    for n in gm.graph.find_nodes(op="placeholder"):
+        if n.name not in joint.tangents:
+            fenv[(n.name, 0)] = _placeholder(fwd, n.name, n)
+    for i in range(s.backward_start):
+        fenv[s.steps[i]] = _copy(fwd, joint.node(s.steps[i][0]), s.reads[i], fenv)
+    bw_reads = {i: _backward_reads(joint, s, i) for i in range(s.backward_start, len(s))}
+    wanted = [r for reads in bw_reads.values() for r in reads]
+    wanted += [(o.name, 0) for o in bw_outs if isinstance(o, fx.Node)]
+    saved = [r for r in dict.fromkeys(wanted) if r in fenv]
+    fwd.output((*(_out(o, fenv) for o in fw_outs), *(fenv[r] for r in saved)))
+    benv = {r: _placeholder(bwd, r[0], joint.node(r[0])) for r in saved}
+    for name in joint.tangents:
+        benv[(name, 0)] = _placeholder(bwd, name, joint.node(name))
+    for i in range(s.backward_start, len(s)):
+        benv[s.steps[i]] = _copy(bwd, joint.node(s.steps[i][0]), bw_reads[i], benv)
+    bwd.output(tuple(_out(o, benv) for o in bw_outs))
+    return fx.GraphModule(gm, fwd), fx.GraphModule(gm, bwd), [r[0] for r in saved]
+
+
+_TRAINING_BATCH_NORM = (torch.ops.aten._native_batch_norm_legit_functional.default,)
+
+
+def _backward_reads(joint: JointProgram, s: Schedule, i: int) -> tuple[Instance, ...]:
+    """What step ``i`` of the backward phase reads, with one change: a recomputed training-mode
+    BatchNorm reads the new running statistics instead of the buffers. AOTAutograd writes the new
+    values into the buffers after the forward module, so a saved buffer would fail autograd's version
+    check; the normalised output of a training-mode BatchNorm does not depend on them, and its own new
+    statistics are not used."""
+    new_value = {buffer: new for new, buffer in joint.buffer_writes.items()}
+    name, copy = s.steps[i]
+    if copy == 0 or not any(r[0] in new_value for r in s.reads[i]):
+        return s.reads[i]
+    if joint.node(name).target not in _TRAINING_BATCH_NORM:
+        raise NotImplementedError(f"recompute.backend: {name} ({joint.node(name).target}) reads a buffer the step "
+                                  "writes and is recomputed; only a training-mode BatchNorm may be")
+    return tuple((new_value[r[0]], 0) if r[0] in new_value else r for r in s.reads[i])
+
+
+def _placeholder(graph: fx.Graph, name: str, like: fx.Node) -> fx.Node:
+    new = graph.placeholder(name)
+    new.meta = dict(like.meta)  # the runtimes read shapes and dtypes off ``meta["val"]``
+    return new
+
+
+def _copy(graph: fx.Graph, node: fx.Node, reads: tuple[Instance, ...], env: dict[Instance, fx.Node]) -> fx.Node:
+    """``node`` in ``graph`` reading the instances the schedule says."""
+    by_input = {a.name: env[r] for a, r in zip(node.all_input_nodes, reads)}
+    return graph.node_copy(node, lambda a: by_input[a.name])
+
+
+def _out(o: Any, env: dict[Instance, fx.Node]) -> Any:
+    return env[(o.name, 0)] if isinstance(o, fx.Node) else o
+
+
+def backend(
+    method: str = "approxdp",
+    *,
+    strategy: str | None = "tc",
+    budget: int | None = None,
+    runtime: str = "eager",
+    cost_model: str = "paper",
+    memory_model: str = "liveness",
+    **plan_options: Any,
+) -> Backend:
+    """A ``torch.compile`` backend that trains with the plan of ``method`` (see the module docstring).
+
+    The arguments are :func:`recompute.optimize`'s: ``budget`` in bytes bounds the simulated peak of
+    each compiled graph (None: the smallest feasible); ``memory_model`` applies to the planners that
+    take one. ``runtime`` is ``"eager"`` (op by op, no compiler needed) or ``"inductor"``. Checked
+    here, so that a bad option fails before compiling; planning happens when dynamo compiles.
+    """
+    check_budget(budget)
+    check_cost_model(cost_model)
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    check_method(method, strategy, plan_options)
+    if spec(method).wraps:
+        raise ValueError(f"{method!r} is one of PyTorch's own checkpointing methods, not a planner: it "
+                         "cannot partition a joint graph; use recompute.optimize(model, method=...) for it")
+    if "memory_model" in spec(method).options:
+        plan_options["memory_model"] = memory_model
+        check_method(method, strategy, plan_options)
+    return Backend(method, strategy, budget, runtime, cost_model, plan_options)
