@@ -4,7 +4,8 @@
   wall time; what the caching allocator really hands out.
 * ``cpu`` — real execution; the peak of live tensor-storage bytes is tracked by a
   ``TorchDispatchMode`` that registers every storage an op creates and releases it when the storage
-  dies (``weakref.finalize``), so it does not depend on any allocator. Wall time per iteration.
+  dies (``weakref.finalize``), so it does not depend on any allocator. Wall time per iteration, of
+  steps run without that mode; the peak comes from one more step under it.
 * ``fake`` — the same step under ``FakeTensorMode``: the same allocation-level peak at paper scale
   in seconds, with no arithmetic (and no time figure).
 
@@ -220,22 +221,23 @@ def measure(
             sync()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-            meter = None
-        else:
-            meter = MemoryMeter()
-            meter.exclude([*params.values(), *inputs])
         start = time.perf_counter()
-        if meter is not None:
-            with meter:
-                grad_bytes = one_step(params, inputs)
-        else:
-            grad_bytes = one_step(params, inputs)
+        grad_bytes = one_step(params, inputs)
         sync()
         elapsed = time.perf_counter() - start
-        step_peak = meter.peak if meter is not None else torch.cuda.max_memory_allocated() - base
         if it >= warmup:
             times.append(elapsed)
-            peak = max(peak, step_peak)
+            if cuda:
+                peak = max(peak, torch.cuda.max_memory_allocated() - base)
+    if not cuda:
+        # The meter sends every op through Python dispatch, a cost that grows with the op count (not
+        # with the arithmetic): its step is one more, kept out of the timings. CPU memory is the same
+        # every step.
+        meter = MemoryMeter()
+        meter.exclude([*params.values(), *inputs])
+        with meter:
+            grad_bytes = one_step(params, inputs)
+        peak = meter.peak
     return Measurement(
         backend, peak, param_bytes, grad_bytes, seconds=statistics.median(times), times=times,
         predicted_peak=predicted_peak,
