@@ -102,7 +102,9 @@ class _Step(torch.nn.Module):
         super().__init__()
         self.model, self.n_inputs, self.loss_fn = model, n_inputs, loss_fn
         self.out_spec: Any = None
-        self.marks: list[tuple[torch.autograd.graph.Node, str]] = []
+        # ((sequence number, name) of a grad_fn, the last traced node before it runs): no reference to
+        # the grad_fn itself, whose hook would then hold it in a cycle through C++ that gc never frees
+        self.marks: list[tuple[tuple[int, str], str]] = []
 
     def forward(self, *args: torch.Tensor) -> tuple:
         out = self.model(*args[: self.n_inputs])
@@ -118,6 +120,7 @@ class _Step(torch.nn.Module):
     def _mark(self, outs: Sequence[torch.Tensor]) -> None:
         """Pre-hook every ``grad_fn`` to record the last traced node before it runs."""
         seen: set = set()
+        marks = self.marks  # not ``self``: what a grad_fn's hook refers to lives as long as the graph
         stack = [t.grad_fn for t in outs if t.grad_fn is not None]
         while stack:
             fn = stack.pop()
@@ -125,10 +128,10 @@ class _Step(torch.nn.Module):
                 continue
             seen.add(fn)
 
-            def pre(_grads: Any, fn: Any = fn) -> None:
+            def pre(_grads: Any, key: tuple[int, str] = (fn._sequence_nr(), fn.name())) -> None:
                 mode = get_proxy_mode()
                 if mode is not None:
-                    self.marks.append((fn, next(reversed(mode.tracer.graph.nodes)).name))
+                    marks.append((key, next(reversed(mode.tracer.graph.nodes)).name))
 
             fn.register_prehook(pre)
             stack.extend(f for f, _ in fn.next_functions if f is not None)
@@ -138,9 +141,9 @@ def _normal(name: str) -> str:
     return name.lower().replace("_", "")
 
 
-def _grad_fn_op(fn: torch.autograd.graph.Node) -> str:
+def _grad_fn_op(name: str) -> str:
     """``NativeBatchNormLegitBackward0`` → ``nativebatchnormlegit``."""
-    return _normal(re.sub(r"Backward\d*$", "", fn.name()))
+    return _normal(re.sub(r"Backward\d*$", "", name))
 
 
 def _op_name(node: fx.Node) -> str:
@@ -162,7 +165,7 @@ def trace_step(
     step = _Step(model, len(inputs), loss_fn)
     with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_upsampling():
         tangents, unused = _probe(model, inputs, loss_fn)
-        with _frozen(unused):
+        with _frozen(unused), _saved_in_python():
             gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
     by_name = {n.name: n for n in gm.graph.nodes}
     seed = by_name[sig.user_outputs[0]]
@@ -205,6 +208,27 @@ def _real_parameters_allowed(mode: FakeTensorMode | None) -> Iterator[None]:
         yield
     finally:
         mode.allow_non_fake_inputs = saved
+
+
+@contextlib.contextmanager
+def _saved_in_python() -> Iterator[None]:
+    """Keep the tensors autograd saves while tracing in a list of ours, emptied afterwards.
+
+    A traced op that saves its own output (ReLU for its backward) makes a cycle output → grad_fn →
+    saved output inside C++, which gc cannot see: the traced graph, and through its leaves the
+    model's parameters, stayed alive after every trace (a paper network's parameters per trace).
+    """
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> int:
+        saved.append(t)
+        return len(saved) - 1
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, saved.__getitem__):
+            yield
+    finally:
+        saved.clear()
 
 
 @contextlib.contextmanager
@@ -286,12 +310,12 @@ def _owners(marks: list, forward: list[fx.Node], nodes: list[fx.Node]) -> dict[s
     place (those that run no op), and the last of them owns what follows. Ops of a ``grad_fn`` that
     has no op of its own in V (a leaf's accumulation) keep the owner before them.
     """
-    fns = sorted({fn for fn, _ in marks}, key=lambda fn: fn._sequence_nr())
+    fns = sorted({fn for fn, _ in marks})  # (sequence number, name)
     candidates = [n for n in forward if n.target is not operator.getitem]
     op_of: dict[Any, str] = {}
     pos = 0
     for fn in fns:
-        want = _grad_fn_op(fn)
+        want = _grad_fn_op(fn[1])
         for j in range(pos, len(candidates)):
             if _matches(want, _op_name(candidates[j])):
                 op_of[fn] = candidates[j].name
