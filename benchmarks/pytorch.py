@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -47,6 +48,7 @@ KNOBS: dict[str, list[dict[str, Any]]] = {
 NOT_PLANNED = {("googlenet", m): "exactdp solves GoogLeNet's 8844 lower sets in ~100 s a budget (docs/benchmarks.md, "
                "simulator table)" for m in ("exactdp_tc", "exactdp_mc")}
 MIB = 2**20
+FIGURES = REPO / "paper_figures"
 
 
 @dataclass
@@ -165,6 +167,11 @@ def run_net(name: str, batch: int, size: int, methods: Sequence[str] = METHODS, 
                     point.exact = compare(trained, runner, inputs, seed=0).summary()
             except baselines.Unsupported as e:  # a baseline that does not apply to this net is a result
                 point.exact = f"does not run: {e}"
+            except RuntimeError as e:
+                if point.family != "pytorch":
+                    raise
+                # PyTorch's method failing on a zoo net (an in-place op on what a checkpoint keeps) is a result too
+                point.exact = f"fails: {str(e).splitlines()[0][:160]}"
         if key is not None and key not in seen:
             seen[key] = point
         points.append(point)
@@ -253,6 +260,18 @@ def figure(points: list[Point], path: Path) -> None:
     plt.close(fig)
 
 
+def save(points: list[Point], folder: Path = FIGURES) -> None:
+    """Keep one network's points beside its figure, so that a run of other networks reports it too."""
+    path = folder / f"pareto_{points[0].network}.json"
+    path.write_text(json.dumps([asdict(p) for p in points], indent=1, ensure_ascii=False))
+
+
+def load(name: str, folder: Path = FIGURES) -> list[Point] | None:
+    """The points :func:`save` kept for network ``name``, if any."""
+    path = folder / f"pareto_{name}.json"
+    return [Point(**d) for d in json.loads(path.read_text())] if path.exists() else None
+
+
 def report(done: dict[str, list[Point]]) -> str:
     """Every network's table (in :data:`SIZES` order), then the verdicts."""
     names = [n for n in SIZES if n in done]
@@ -273,7 +292,8 @@ def main() -> None:
     parser.add_argument("--figures", action="store_true", help="write paper_figures/pareto_<net>.png")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    done: dict[str, list[Point]] = {}
+    # with --write, the networks not run now are reported from what an earlier run kept
+    done = {n: ps for n in SIZES if args.write and (ps := load(n)) is not None}
     total = sum(variant_count(name, args.methods, args.budgets) for name in args.nets)
     with tqdm(total=total, desc="pytorch vs ours", leave=False) as bar:
         for name in args.nets:
@@ -282,8 +302,9 @@ def main() -> None:
                                  warmup=args.warmup, max_overhead=args.max_overhead, bar=bar)
             print(f"{name}\n{net_table(done[name])}\n", flush=True)
             if args.figures:
-                figure(done[name], REPO / "paper_figures" / f"pareto_{name}.png")
+                figure(done[name], FIGURES / f"pareto_{name}.png")
             if args.write:  # after every network, so that a long run stopped early keeps what it measured
+                save(done[name])
                 write_section(REPO / "docs" / "benchmarks.md", "pytorch-pareto", report(done))
     print(report(done).rsplit("\n\n", 1)[-1])
 

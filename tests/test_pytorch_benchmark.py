@@ -19,6 +19,8 @@ def test_one_net_yields_rows_a_verdict_and_a_figure(tmp_path):
     assert row[0] == "resblock" and len(row) == len(pytorch.VERDICT_HEADERS)
     pytorch.figure(points, tmp_path / "pareto_resblock.png")
     assert (tmp_path / "pareto_resblock.png").stat().st_size > 10_000
+    pytorch.save(points, tmp_path)
+    assert pytorch.load("resblock", tmp_path) == points and pytorch.load("vgg19", tmp_path) is None
 
 
 def test_a_plan_past_the_recomputation_cap_is_listed_not_run():
