@@ -31,23 +31,28 @@ METHODS = [("eager", None), ("vanilla", None), ("chen", None), ("approxdp", "tc"
 MIB = 2**20
 
 
-def run(net_names: list[str], memory_model: str, warmup: int, iterations: int) -> list[list[object]]:
+def _label(method: str, strategy: str | None) -> str:
+    return f"{method}-{strategy}" if strategy else method
+
+
+def run(net_names: list[str], memory_model: str, warmup: int, iterations: int,
+        methods: list[tuple[str, str | None]] = METHODS) -> list[list[object]]:  # fmt: skip
     torch.manual_seed(0)
     rows = []
-    bar = tqdm(total=len(net_names) * len(METHODS), desc="cpu time", leave=False)
+    bar = tqdm(total=len(net_names) * len(methods), desc="cpu time", leave=False)
     for name in net_names:
         batch, size = SIZES[name]
         model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
         graph = recompute.trace(model, inputs, loss_fn=default_loss)
         base = None
-        for method, strategy in METHODS:
+        for method, strategy in methods:
             bar.set_postfix_str(f"{name} {method} {strategy or ''}")
             options = {"memory_model": memory_model} if method.endswith("dp") else {}
             plan = None if method == "eager" else recompute.plan(graph, method, strategy=strategy, **options)
             runner = None if plan is None else recompute.execute(graph, plan)
             r = recompute.measure(model, inputs, runner=runner, backend="cpu", warmup=warmup, iterations=iterations)
             base = base or r
-            label = f"{method}-{strategy}" if strategy else method
+            label = _label(method, strategy)
             rows.append([name, f"{batch}×{size}²", label, f"{r.seconds:.3f}", f"{r.seconds / base.seconds:.3f}",
                          f"{r.peak_bytes / MIB:.1f}", "—" if plan is None else f"{plan.peak / MIB:.1f}",
                          f"{r.peak_bytes / base.peak_bytes - 1:+.1%}",
@@ -67,10 +72,14 @@ def main() -> None:
     parser.add_argument("--memory-model", default="simulator", choices=["simulator", "paper", "liveness"])
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iterations", type=int, default=7)
+    labels = {_label(*m): m for m in METHODS}
+    parser.add_argument("--methods", nargs="+", default=list(labels), choices=list(labels),
+                        help="a subset (eager first: the ratios are to the first method)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    table = markdown_table(HEADERS, run(args.nets, args.memory_model, args.warmup, args.iterations))
+    rows = run(args.nets, args.memory_model, args.warmup, args.iterations, [labels[m] for m in args.methods])
+    table = markdown_table(HEADERS, rows)
     print(table)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "cpu-time-table", table)
