@@ -44,9 +44,6 @@ KNOBS: dict[str, list[dict[str, Any]]] = {
     "torch_checkpoint_sequential": [{"segments": 2}, {"segments": 0}, {"segments": 8}],  # 0: ⌈√n⌉
     "torch_compile_budget": [{"budget_fraction": f, "backend": COMPILE_BACKEND} for f in (0.1, 0.3, 0.5)],
 }
-# (network, method) → why it is not planned here
-NOT_PLANNED = {("googlenet", m): "exactdp solves GoogLeNet's 8844 lower sets in ~100 s a budget (docs/benchmarks.md, "
-               "simulator table)" for m in ("exactdp_tc", "exactdp_mc")}
 MIB = 2**20
 FIGURES = REPO / "paper_figures"
 
@@ -100,9 +97,9 @@ def _plans(graph: recompute.Graph, method: str, budgets: int, vanilla_peak: int)
     return out
 
 
-def variant_count(name: str, methods: Sequence[str], budgets: int) -> int:
-    """How many points :func:`run_net` lists for ``methods`` on network ``name`` (for the progress bar)."""
-    return sum(1 if (name, m) in NOT_PLANNED else budgets if m in SWEPT else len(KNOBS.get(m, [{}])) for m in methods)
+def variant_count(methods: Sequence[str], budgets: int) -> int:
+    """How many points :func:`run_net` lists for ``methods`` on a network (for the progress bar)."""
+    return sum(budgets if m in SWEPT else len(KNOBS.get(m, [{}])) for m in methods)
 
 
 def _variants(name: str, model: torch.nn.Module, inputs: tuple, methods: Sequence[str], budgets: int,
@@ -117,8 +114,6 @@ def _variants(name: str, model: torch.nn.Module, inputs: tuple, methods: Sequenc
     for method in methods:
         if method == "eager":
             yield Point(name, method, "eager", exact="reference"), lambda: (model, None), "eager"
-        elif (name, method) in NOT_PLANNED:
-            yield Point(name, method, "ours", exact=f"not run: {NOT_PLANNED[name, method]}"), None, None
         elif method in OURS:
             for knob, p in _plans(graph, method, budgets, vanilla_peak):
                 key = (tuple(p.lower_sets), None if p.schedule is None else tuple(p.schedule.steps))
@@ -294,7 +289,7 @@ def main() -> None:
     torch.set_num_threads(1)
     # with --write, the networks not run now are reported from what an earlier run kept
     done = {n: ps for n in SIZES if args.write and (ps := load(n)) is not None}
-    total = sum(variant_count(name, args.methods, args.budgets) for name in args.nets)
+    total = variant_count(args.methods, args.budgets) * len(args.nets)
     with tqdm(total=total, desc="pytorch vs ours", leave=False) as bar:
         for name in args.nets:
             batch, size = SIZES[name]
@@ -307,8 +302,6 @@ def main() -> None:
                 save(done[name])
                 write_section(REPO / "docs" / "benchmarks.md", "pytorch-pareto", report(done))
     print(report(done).rsplit("\n\n", 1)[-1])
-
-
 
 
 if __name__ == "__main__":
