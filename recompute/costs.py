@@ -5,7 +5,8 @@
   arithmetic); nodes without a FLOP formula (ReLU, add, BatchNorm, pooling…) cost one unit per output
   element, so that every T_v > 0 and memory-bound ops are not free.
 * ``measured`` — median wall time in microseconds of the node run alone on real tensors of its
-  traced shape (on ``device``), ``repeats`` times after one warm-up.
+  traced shape, ``repeats`` times after one warm-up, on the device the model was traced on (cuda for
+  a model and inputs on cuda) or on ``device``: the costs a comparison on that device plans with.
 """
 
 from __future__ import annotations
@@ -66,9 +67,18 @@ def flops_cost(program: Any) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def measured_cost(program: Any, *, device: str | torch.device = "cpu", repeats: int = 3) -> np.ndarray:
-    """Median forward time of each node in microseconds, run alone on real tensors on ``device``."""
-    dev = torch.device(device)
+def _traced_device(program: Any) -> torch.device:
+    """The device of the traced values (FakeTensors keep the device of what they stand for)."""
+    for nodes in program.members:
+        for _, t in output_tensors(nodes[0].meta.get("val")):
+            return t.device
+    return torch.device("cpu")
+
+
+def measured_cost(program: Any, *, device: str | torch.device | None = None, repeats: int = 3) -> np.ndarray:
+    """Median forward time of each node in microseconds, run alone on real tensors on ``device``
+    (``None``: the device the graph was traced on, so a run is planned with its own device's times)."""
+    dev = torch.device(device) if device is not None else _traced_device(program)
 
     def make(t: torch.Tensor) -> torch.Tensor:
         if t.dtype.is_floating_point:

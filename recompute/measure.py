@@ -10,7 +10,9 @@
   in seconds, with no arithmetic (and no time figure).
 
 The peak counts what the step allocates (activations, gradients, temporaries); parameters and the
-inputs exist before the step and are reported apart (``param_bytes``).
+inputs exist before the step and are reported apart (``param_bytes``). The ``cpu`` and ``fake`` meters
+also give the peak without the parameter gradients (``activation_peak_bytes``), which at small inputs
+can outweigh the activations a plan saves.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class Measurement:
             gradients and temporaries).
         param_bytes: bytes of the parameters and buffers (add them for a total like the paper's).
         grad_bytes: bytes of the parameter gradients at the end of the step.
+        activation_peak_bytes: the peak had the storages that end the step as parameter gradients never
+            been allocated: activations and temporaries (``None`` on ``cuda``, whose allocator
+            cannot tell them apart).
         seconds: median wall time of one step (``None`` on ``fake``).
         times: every timed iteration, seconds.
         predicted_peak: the plan's predicted peak (the simulator's, on a traced graph), when a plan
@@ -52,6 +57,7 @@ class Measurement:
     peak_bytes: int
     param_bytes: int
     grad_bytes: int
+    activation_peak_bytes: int | None = None
     seconds: float | None = None
     times: list[float] = field(default_factory=list)
     predicted_peak: int | None = None
@@ -76,12 +82,35 @@ class MemoryMeter(TorchDispatchMode):
         self.live = 0
         self.peak = 0
         self._storages: dict[int, tuple[torch.UntypedStorage, int]] = {}
+        # (storage key, +bytes when counted / −bytes when released), in order: replayed by peak_without
+        self._events: list[tuple[int, int]] = []
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """True: torch.compile compiles under the meter with the meter off and meters the compiled code
+        as it runs; under any other mode Dynamo does not compile, and a compiled module runs eagerly."""
+        return True
 
     def sweep(self) -> None:
         """Release the storages nothing but the meter refers to any more."""
         dead = [key for key in self._storages if torch._C._storage_Use_Count(key) == 1]
         for key in dead:
-            self.live -= self._storages.pop(key)[1]
+            nbytes = self._storages.pop(key)[1]
+            self.live -= nbytes
+            self._events.append((key, -nbytes))
+
+    def peak_without(self, tensors: Iterable[torch.Tensor]) -> int:
+        """The peak had the storages of ``tensors``, live now, never been counted (parameter gradients)."""
+        skip = {t.untyped_storage()._cdata for t in tensors} & self._storages.keys()
+        # a key can also name an earlier storage at the same address: only its last counting is the live one
+        births = {key: i for i, (key, nbytes) in enumerate(self._events) if nbytes > 0 and key in skip}
+        skipped = set(births.values())
+        live = peak = 0
+        for i, (_, nbytes) in enumerate(self._events):
+            if i not in skipped:
+                live += nbytes
+                peak = max(peak, live)
+        return peak
 
     def exclude(self, tensors: Iterable[torch.Tensor]) -> None:
         """Storages that exist before the step (parameters, buffers, inputs): seen, never counted."""
@@ -95,6 +124,7 @@ class MemoryMeter(TorchDispatchMode):
         if key not in self._storages:
             nbytes = storage.nbytes()
             self._storages[key] = (storage, nbytes)
+            self._events.append((key, nbytes))
             self.live += nbytes
             self.peak = max(self.peak, self.live)
 
@@ -186,29 +216,38 @@ def measure(
     # an executor traced with the loss (``trace(..., loss_fn=...)``) returns the loss itself
     step_loss = (lambda out: out) if getattr(runner, "includes_loss", False) else loss_fn
 
-    def one_step(state: dict[str, torch.Tensor], xs: tuple) -> int:
+    def one_step(state: dict[str, torch.Tensor], xs: tuple) -> list[torch.Tensor]:
+        """One step; the parameter gradients it left (:func:`drop` them, so that steps are alike)."""
         if isinstance(runner, torch.nn.Module) and state is not params:
             # a module runner (a baseline) reads the model's tensors again when it recomputes in backward:
             # the other state (the fake backend's) replaces them for the whole step
             torch.func.functional_call(_Step(model, lambda: step_loss(runner(*xs)).backward()), _prefixed(state), ())
         else:
             step_loss(call(state, xs)).backward()
-        grads = [t.grad for t in state.values() if isinstance(t, torch.Tensor) and t.grad is not None]
-        nbytes = _bytes(grads)
+        return [t.grad for t in state.values() if isinstance(t, torch.Tensor) and t.grad is not None]
+
+    def drop(state: dict[str, torch.Tensor]) -> None:
         for t in state.values():
             t.grad = None
-        return nbytes
+
+    def metered_step(state: dict[str, torch.Tensor], xs: tuple) -> tuple[MemoryMeter, int, int]:
+        """One step under the meter: the meter, the peak without the parameter gradients, their bytes."""
+        meter = MemoryMeter()
+        meter.exclude([*state.values(), *xs])
+        with meter:
+            grads = one_step(state, xs)
+            activations, grad_bytes = meter.peak_without(grads), _bytes(grads)
+            del grads
+            drop(state)
+        return meter, activations, grad_bytes
 
     if backend == "fake":
         mode = FakeTensorMode(allow_non_fake_inputs=False)
         state = _fake_state(model, mode)
         xs = tuple(mode.from_tensor(x) for x in inputs)
         with mode:
-            meter = MemoryMeter()
-            meter.exclude([*state.values(), *xs])
-            with meter:
-                grad_bytes = one_step(state, xs)
-        return Measurement("fake", meter.peak, param_bytes, grad_bytes, predicted_peak=predicted_peak)
+            meter, activations, grad_bytes = metered_step(state, xs)
+        return Measurement("fake", meter.peak, param_bytes, grad_bytes, activations, predicted_peak=predicted_peak)
 
     cuda = backend == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -216,15 +255,19 @@ def measure(
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times: list[float] = []
     peak = grad_bytes = 0
+    activation_peak: int | None = None
     for it in range(warmup + iterations):
         if cuda:
             sync()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         start = time.perf_counter()
-        grad_bytes = one_step(params, inputs)
+        grads = one_step(params, inputs)
         sync()
         elapsed = time.perf_counter() - start
+        grad_bytes = _bytes(grads)
+        del grads
+        drop(params)
         if it >= warmup:
             times.append(elapsed)
             if cuda:
@@ -233,12 +276,9 @@ def measure(
         # The meter sends every op through Python dispatch, a cost that grows with the op count (not
         # with the arithmetic): its step is one more, kept out of the timings. CPU memory is the same
         # every step.
-        meter = MemoryMeter()
-        meter.exclude([*params.values(), *inputs])
-        with meter:
-            grad_bytes = one_step(params, inputs)
+        meter, activation_peak, grad_bytes = metered_step(params, inputs)
         peak = meter.peak
     return Measurement(
-        backend, peak, param_bytes, grad_bytes, seconds=statistics.median(times), times=times,
+        backend, peak, param_bytes, grad_bytes, activation_peak, seconds=statistics.median(times), times=times,
         predicted_peak=predicted_peak,
     )

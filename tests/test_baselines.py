@@ -127,3 +127,16 @@ def test_compile_is_not_measurable_on_fake():
     wrapped = recompute.optimize(model, method="torch_compile_budget", **FAST_COMPILE)
     with pytest.raises(baselines.UnsupportedBackend, match="torch_compile_budget.*'fake' backend.*cpu, cuda"):
         recompute.measure(model, xs, runner=wrapped, backend="fake")
+
+
+def test_compile_compiles_under_the_meter():
+    """Dynamo compiles nothing under a dispatch mode unless it ignores compile internals: the meter does,
+    so that the compiled code, not the eager model, is what runs and is measured."""
+    from torch._dynamo.utils import counters
+
+    model, xs = _tiny()
+    torch._dynamo.reset()
+    counters.clear()
+    wrapped = recompute.optimize(model, method="torch_compile_budget", **FAST_COMPILE)
+    r = recompute.measure(model, xs, runner=wrapped, backend="cpu", iterations=1, warmup=0)
+    assert counters["stats"]["unique_graphs"] == 1 and r.peak_bytes > 0

@@ -11,6 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 import recompute
 from recompute import lowerset, nets
+from recompute.measure import MemoryMeter
 from recompute.plan import Plan
 
 from .exactness import check_plan, check_plans, train_step
@@ -136,7 +137,18 @@ def test_cpu_and_fake_backends_agree():
     cpu = recompute.measure(model, inputs, runner=ex, backend="cpu", iterations=1, warmup=0)
     fake = recompute.measure(model, inputs, runner=ex, backend="fake")
     assert cpu.peak_bytes == fake.peak_bytes > 0
+    assert cpu.activation_peak_bytes == fake.activation_peak_bytes < cpu.peak_bytes
     assert cpu.seconds is not None and fake.seconds is None
+
+
+def test_peak_without_the_parameter_gradients():
+    meter = MemoryMeter()
+    with meter:
+        a = torch.ones(100)  # 400 B, freed before b exists
+        grad = torch.ones(50)  # 200 B, live at the end like a parameter gradient
+        del a
+        b = torch.ones(10)
+        assert meter.peak == 600 and meter.peak_without([grad]) == 400 and meter.peak_without([b]) == 600
 
 
 @pytest.mark.cuda

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import recompute
-from recompute import nets
+from recompute import costs, nets
 from recompute.graph import Graph
 
 from .models import Tricky
@@ -31,6 +31,7 @@ def test_costs_and_saved_bytes():
     assert flops.time[conv] > flops.time[relu] >= 1
     measured = recompute.trace(model, inputs, cost_model="measured")
     assert (measured.time >= 1).all()
+    assert costs._traced_device(measured.program) == torch.device("cpu")  # timed where the model runs
     # a conv output read only by a ReLU is never saved (ReLU saves its output); the ReLU's is
     assert paper.saved[conv] == 0 and paper.saved[relu] == paper.mem[relu]
     with pytest.raises(ValueError, match="unknown cost_model 'nope'.*paper, flops, measured"):
