@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from torch import nn
@@ -20,6 +23,19 @@ def test_inplace_views_and_multi_output_ops_make_no_bogus_nodes():
     assert g.preds == ((), (0,), (1,), (2,), (3,), (4,))  # chunk/flatten views keep relu → mul → add → fc
     batch_out = 2 * 4 * 4 * 4 * 4
     assert g.mem[0] == batch_out and g.mem[2] == batch_out and g.mem[3] == batch_out // 2
+
+
+def test_a_traced_model_is_freed_with_its_graph():
+    """A ReLU saves its own output for backward: traced, that made a cycle inside autograd's C++ which
+    kept every trace's graph and the model's parameters alive (a test worker grew by one paper
+    network's parameters per trace)."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True), nn.Conv2d(4, 4, 3), nn.ReLU())
+    weight = weakref.ref(model[0].weight)
+    graph = recompute.trace(model, (torch.randn(2, 3, 8, 8),))
+    assert graph.n > 0
+    del model, graph
+    gc.collect()
+    assert weight() is None
 
 
 def test_costs_and_saved_bytes():
