@@ -4,8 +4,9 @@
     python -m benchmarks.cpu_time --write      # and update docs/benchmarks.md
 
 Plain eager training (``eager``) and every method's schedule on our executor (``vanilla`` is the
-executor running the plan that recomputes nothing) run ``--warmup`` + ``--iterations`` real steps
-(forward, loss, backward) on the ``cpu`` backend in one thread; the time is the median step, the peak
+executor running the plan that recomputes nothing) run ``--iterations`` real steps (forward, loss,
+backward) on the ``cpu`` backend in one thread, split over ``--rounds`` rounds that take the methods in
+turn (each round after ``--warmup`` steps); the time is the median step, the peak
 the most live tensor bytes during a step (parameters excluded; gradients included), the simulated
 peak the simulator's for the same schedule. Sizes are reduced so that the table takes minutes.
 """
@@ -13,6 +14,7 @@ peak the simulator's for the same schedule. Sizes are reduced so that the table 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import torch
 from tqdm import tqdm
@@ -36,28 +38,39 @@ def _label(method: str, strategy: str | None) -> str:
 
 
 def run(net_names: list[str], memory_model: str, warmup: int, iterations: int,
-        methods: list[tuple[str, str | None]] = METHODS) -> list[list[object]]:  # fmt: skip
+        methods: list[tuple[str, str | None]] = METHODS, rounds: int = 3) -> list[list[object]]:  # fmt: skip
+    """Every method on every network; each method's ``iterations`` timed steps are split over ``rounds``
+    rounds that take the methods in turn, so that a slow spell of a shared machine is not one method's."""
     torch.manual_seed(0)
     rows = []
-    bar = tqdm(total=len(net_names) * len(methods), desc="cpu time", leave=False)
+    bar = tqdm(total=len(net_names) * len(methods) * rounds, desc="cpu time", leave=False)
     for name in net_names:
         batch, size = SIZES[name]
         model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
         graph = recompute.trace(model, inputs, loss_fn=default_loss)
-        base = None
+        plans = {}
         for method, strategy in methods:
-            bar.set_postfix_str(f"{name} {method} {strategy or ''}")
             options = {"memory_model": memory_model} if method.endswith("dp") else {}
-            plan = None if method == "eager" else recompute.plan(graph, method, strategy=strategy, **options)
-            runner = None if plan is None else recompute.execute(graph, plan)
-            r = recompute.measure(model, inputs, runner=runner, backend="cpu", warmup=warmup, iterations=iterations)
-            base = base or r
-            label = _label(method, strategy)
-            rows.append([name, f"{batch}×{size}²", label, f"{r.seconds:.3f}", f"{r.seconds / base.seconds:.3f}",
-                         f"{r.peak_bytes / MIB:.1f}", "—" if plan is None else f"{plan.peak / MIB:.1f}",
-                         f"{r.peak_bytes / base.peak_bytes - 1:+.1%}",
+            plans[method, strategy] = None if method == "eager" else recompute.plan(graph, method, strategy=strategy, **options)
+        runners = {m: None if p is None else recompute.execute(graph, p) for m, p in plans.items()}
+        times: dict[tuple[str, str | None], list[float]] = {m: [] for m in methods}
+        peaks: dict[tuple[str, str | None], int] = {}
+        for r in range(rounds):
+            for m in methods:
+                bar.set_postfix_str(f"{name} {_label(*m)} round {r + 1}")
+                n = iterations // rounds + (r < iterations % rounds)
+                out = recompute.measure(model, inputs, runner=runners[m], backend="cpu", warmup=warmup, iterations=n)
+                times[m] += out.times
+                peaks[m] = out.peak_bytes
+                bar.update()
+        base = methods[0]
+        base_s, base_peak = statistics.median(times[base]), peaks[base]
+        for m in methods:
+            plan, seconds = plans[m], statistics.median(times[m])
+            rows.append([name, f"{batch}×{size}²", _label(*m), f"{seconds:.3f}", f"{seconds / base_s:.3f}",
+                         f"{peaks[m] / MIB:.1f}", "—" if plan is None else f"{plan.peak / MIB:.1f}",
+                         f"{peaks[m] / base_peak - 1:+.1%}",
                          "—" if plan is None else f"{plan.overhead / graph.total_time():.0%}"])
-            bar.update()
     bar.close()
     return rows
 
@@ -71,14 +84,16 @@ def main() -> None:
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--memory-model", default="simulator", choices=["simulator", "paper", "liveness"])
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--iterations", type=int, default=7)
+    parser.add_argument("--iterations", type=int, default=9, help="timed steps per method, in all")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over the methods the steps are split into")
     labels = {_label(*m): m for m in METHODS}
     parser.add_argument("--methods", nargs="+", default=list(labels), choices=list(labels),
                         help="a subset (eager first: the ratios are to the first method)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = run(args.nets, args.memory_model, args.warmup, args.iterations, [labels[m] for m in args.methods])
+    rows = run(args.nets, args.memory_model, args.warmup, args.iterations, [labels[m] for m in args.methods],
+               args.rounds)
     table = markdown_table(HEADERS, rows)
     print(table)
     if args.write:

@@ -207,8 +207,8 @@ def measure(
     param_bytes = _bytes(list(params.values()))
 
     def call(state: dict[str, torch.Tensor], xs: tuple) -> Any:
-        if runner is None:
-            return torch.func.functional_call(model, state, xs)
+        if runner is None:  # plain training: the model itself, on another state only for the fake backend
+            return model(*xs) if state is params else torch.func.functional_call(model, state, xs)
         if isinstance(runner, torch.nn.Module):
             return runner(*xs)  # on the model's own tensors (the other case is in one_step)
         return runner(*xs, state=state)
