@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from recompute import nets
 from recompute.graph import Graph
 from recompute.measure import default_loss, measure
 from recompute.plan import InfeasibleBudget
-from recompute.planners.milp import Problem, _assemble, lp_bound, problem, stage_memory
+from recompute.planners.milp import Problem, _assemble, lp_bound, on_demand, point, problem, stage_memory
 
 from .exactness import assert_same, train_step
 from .strategies import dags
@@ -227,3 +228,50 @@ def test_milp_plans_execute_exactly_within_budget(name: str) -> None:
         # loss, gradients, BatchNorm statistics and the generator state as plain training
         assert_same(ref, train_step(planned, runner, inputs, 0, loss_fn=lambda loss: loss))
         assert measure(planned, inputs, runner=recompute.execute(graph, p, planned), backend="fake").peak_bytes == p.peak
+
+
+# --- warm starts: a DP plan's cache as a point of the program -------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(dags(min_nodes=2, max_nodes=7), st.data())
+def test_on_demand_is_a_point_priced_like_stage_memory(g: Graph, data: st.DataObject) -> None:
+    """Any kept set gives a schedule the program accepts, at the peak :func:`stage_memory` gives it."""
+    pb = problem(g)
+    kept = np.array(data.draw(st.lists(st.booleans(), min_size=pb.n, max_size=pb.n)))
+    R, S = on_demand(pb, kept)
+    peak = int(stage_memory(pb, R, S).max())
+    x = point(pb, _assemble(pb, peak), R, S)
+    assert x is not None
+    assert point(pb, _assemble(pb, peak - 1), R, S) is None  # the program's peak is that one
+    least = point(pb, _assemble(pb, None), R, S)
+    assert least is not None and round(least[-1] * max(int(pb.mem.sum()), 1)) == peak
+
+
+@TINY
+@given(dags(min_nodes=3, max_nodes=7), st.floats(0, 1))
+def test_warm_start_never_worse(g: Graph, frac: float) -> None:
+    """From approxdp-TC's plan the MILP returns a plan no worse than that start, bound ≤ overhead."""
+    budget = g.total_mem() * 2 + int(frac * g.total_mem())
+    dp = recompute.plan(g, "approxdp", strategy="tc")
+    plan = recompute.plan(g, "milp", budget=budget, warm_start=[dp], time_limit=5.0)
+    assert plan.info["warm_overhead"] is not None and plan.overhead <= plan.info["warm_overhead"]
+    assert plan.info["status"] in ("optimal", "time_limit", "warm_start")
+    assert 0 <= plan.info["bound"] <= plan.overhead + 1e-6 and 0 <= plan.info["gap"] <= 1
+    assert plan.peak <= budget
+
+
+def test_warm_start_on_a_traced_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At approxdp-TC's smallest simulated peak the MILP has a plan (its warm start at worst) that
+    fits; and without scipy's HiGHS bindings it still solves (cold, through ``scipy.optimize.milp``)."""
+    model, inputs = nets.build("resblock")
+    graph = recompute.trace(model, inputs)
+    dp = recompute.plan(graph, "approxdp", strategy="tc")
+    options = {"time_limit": 2.0, "retries": 1}  # uncoarsened: the warm start is the plan's cache exactly
+    plan = recompute.plan(graph, "milp", budget=dp.peak, warm_start=[dp], **options)
+    assert plan.peak <= dp.peak and plan.overhead <= plan.info["warm_overhead"]
+    assert "approxdp-TC" in plan.info["warm_start"]
+    assert {"status", "bound", "gap", "mip_gap"} <= set(plan.info)
+    monkeypatch.setitem(sys.modules, "scipy.optimize._highspy._core", None)
+    cold = recompute.plan(graph, "milp", budget=2 * dp.peak, warm_start=(), **options)
+    assert cold.peak <= 2 * dp.peak and cold.info["warm_start"] == "none"

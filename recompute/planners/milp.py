@@ -41,6 +41,28 @@ of the schedule that runs. The program's budget is then moved by the simulated e
 and the program solved again, up to ``retries`` times (bisecting once a budget that fits and one
 that does not are known); the plan is the least overhead that fits (``info["milp_budget"]``).
 
+Warm start. HiGHS starts from a heuristic schedule (``warm_start``: lower-set plans, by default
+approxdp-TC's at the budget): :func:`on_demand` keeps the plan's cache U_k and its last block from the
+forward pass (a coarse node kept when all its nodes are; where one mixes kept and recomputed nodes,
+also the variant keeping it when any is), and each backward stage computes what its backward ops
+read and is not there, keeping each value exactly while a later stage reads it (:func:`point` gives
+the program's variables for it, checked against every row). On the stage grid this is not the plan's
+canonical schedule (the grid differentiates in reverse topological order, the plan block by block),
+so it is priced again: its overhead, program peak and simulated peak are its own
+(``info["warm_start"]``). When it fits the budget it is a candidate and HiGHS starts from it (at a
+program budget raised to its program peak where the program overprices it): the plan is then never
+worse than the warm start and HiGHS always has a schedule. ``scipy.optimize.milp`` takes no initial
+solution, so the model goes to scipy's vendored HiGHS bindings directly (:func:`_highs`; cold
+through ``scipy.optimize.milp`` where they are missing).
+
+Bound. ``info["bound"]`` is HiGHS's lower bound on the overhead of any schedule of the (coarse)
+program whose *program* peak fits the program budget of the plan (``info["milp_budget"]``; a bound
+found at a larger program budget holds there too). It is no bound on the overhead of schedules
+whose *simulated* peak fits the budget: the program's peak is not the simulator's (it counts a
+multi-output op whole, keeps what a stage's backward ops read until they are all done, and omits
+BatchNorm statistics held to the end of the forward phase; ``info["model_peak"]`` beside ``peak``
+shows the difference on each plan), and a coarse node is computed and kept whole.
+
 Coarsening. A graph with more than ``max_nodes`` nodes is coarsened first: a node whose only
 predecessor has it as only successor, and directly precedes it in the order, is merged into it,
 cheapest pair (fewest bytes) first; when no chain is left, the cheapest two neighbours in the order
@@ -53,7 +75,7 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -68,7 +90,8 @@ from ..simulate import simulate
 if TYPE_CHECKING:
     import torch.fx as fx
 
-__all__ = ["milp", "lp_bound", "Problem", "problem", "coarsen", "stage_memory", "NoSolution"]
+__all__ = ["milp", "lp_bound", "Problem", "problem", "coarsen", "stage_memory", "point", "on_demand",
+           "NoSolution"]
 
 _TIE = 1e-6  # without a budget: the overhead's weight beside the peak (a fraction of M(V) in all)
 _STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded", 4: "error"}
@@ -272,6 +295,9 @@ class _Program:
     integrality: np.ndarray
     r: np.ndarray  # (T, n) indices of R
     s: np.ndarray  # (T, n) indices of S
+    f: np.ndarray  # (T, pairs) indices of FREE
+    u: np.ndarray  # (T, n + 1) indices of U
+    pairs: tuple[np.ndarray, np.ndarray]  # the FREE pairs (i, k)
     scale: float
 
     @property
@@ -351,7 +377,7 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     lo[u] = 0
     integrality = np.zeros(nvars)
     integrality[: 2 * T * n + T * npairs] = 1
-    return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s, scale)
+    return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s, f, u, (pi, pk), scale)
 
 
 # --- solving ---------------------------------------------------------------------------------------
@@ -370,6 +396,7 @@ class Solution:
         seconds: wall time of HiGHS.
         variables, rows: size of the program.
         least_peak: it minimised the peak (no budget): ``bound`` bounds the peak, not the overhead.
+        warm: HiGHS started from a given schedule (a warm start).
     """
 
     status: str
@@ -382,31 +409,88 @@ class Solution:
     variables: int
     rows: int
     least_peak: bool
+    warm: bool = False
 
 
-def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: float, relax: bool = False) -> Solution:
-    """Assemble and solve; :class:`InfeasibleBudget` when HiGHS proves no schedule fits the budget,
-    :class:`NoSolution` when it stops before finding one."""
+def _highs(prog: _Program, integrality: np.ndarray, options: dict[str, Any],
+           start: np.ndarray | None) -> tuple[int, np.ndarray | None, float, float, float, str]:
+    """Solve with HiGHS: (status code of ``_STATUS``, x or None, objective, best bound, mip gap, message).
+
+    ``scipy.optimize.milp`` takes no initial solution, so where scipy vendors its HiGHS bindings
+    (``scipy.optimize._highspy._core``, a private module: scipy 1.17) the model is passed to them
+    directly and ``start`` given to ``setSolution``; without them, ``scipy.optimize.milp`` solves it
+    cold."""
+    try:
+        from scipy.optimize._highspy import _core as h
+    except ImportError:
+        res = highs_milp(prog.c, integrality=integrality, bounds=prog.bounds, constraints=prog.constraint,
+                         options={**options, "disp": False})
+        return (res.status, res.x, float(res.fun) if res.x is not None else np.nan,
+                float(getattr(res, "mip_dual_bound", None) or res.fun or np.nan), float(getattr(res, "mip_gap", 0.0) or 0.0),
+                res.message)
+    a = sp.csc_matrix(prog.constraint.A)
+    lp = h.HighsLp()
+    lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = a.shape[1], a.shape[0]
+    lp.a_matrix_.format_ = h.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    inf = lambda x: np.clip(x, -h.kHighsInf, h.kHighsInf)  # noqa: E731
+    lp.col_cost_ = prog.c
+    lp.col_lower_, lp.col_upper_ = inf(prog.bounds.lb), inf(prog.bounds.ub)
+    lp.row_lower_, lp.row_upper_ = inf(prog.constraint.lb), inf(prog.constraint.ub)
+    if integrality.any():
+        lp.integrality_ = [h.HighsVarType(int(i)) for i in integrality]
+    highs = h._Highs()
+    opts = h.HighsOptions()
+    opts.output_flag = False
+    opts.threads = 1
+    for key, value in options.items():
+        setattr(opts, key, value)
+    highs.passOptions(opts)
+    highs.passModel(lp)
+    if start is not None:
+        sol = h.HighsSolution()
+        sol.col_value = start
+        sol.value_valid = True
+        highs.setSolution(sol)
+    highs.run()
+    status, info = highs.getModelStatus(), highs.getInfo()
+    code = {h.HighsModelStatus.kOptimal: 0, h.HighsModelStatus.kTimeLimit: 1, h.HighsModelStatus.kInfeasible: 2,
+            h.HighsModelStatus.kUnbounded: 3}.get(status, 4)
+    message = highs.modelStatusToString(status)
+    found = code == 0 or (code == 1 and info.primal_solution_status == h.kSolutionStatusFeasible)
+    if not found:
+        return code, None, np.nan, np.nan, np.nan, message
+    x = np.array(highs.getSolution().col_value)
+    mip = bool(integrality.any())
+    fun = info.objective_function_value
+    return code, x, fun, info.mip_dual_bound if mip else fun, info.mip_gap if mip else 0.0, message
+
+
+def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: float, relax: bool = False,
+           start: tuple[np.ndarray, np.ndarray] | None = None) -> Solution:
+    """Assemble and solve, from the schedule ``start`` = (R, S) where it is a point of the program;
+    :class:`InfeasibleBudget` when HiGHS proves no schedule fits the budget, :class:`NoSolution`
+    when it stops before finding one."""
     if budget is not None and budget < max(int(pb.grad_base.max(initial=0)), int(pb.grad_peak.max(initial=0))):
         raise InfeasibleBudget("milp", budget, None)
     prog = _assemble(pb, budget)
-    start = _time.perf_counter()
-    res = highs_milp(prog.c, integrality=np.zeros_like(prog.integrality) if relax else prog.integrality,
-                     bounds=prog.bounds, constraints=prog.constraint,
-                     options={"time_limit": float(time_limit), "mip_rel_gap": mip_rel_gap, "disp": False})
-    seconds = _time.perf_counter() - start
-    if res.status == 2:
+    x0 = point(pb, prog, *start) if start is not None else None
+    began = _time.perf_counter()
+    code, x, fun, bound, gap, message = _highs(
+        prog, np.zeros_like(prog.integrality) if relax else prog.integrality,
+        {"time_limit": float(time_limit), "mip_rel_gap": mip_rel_gap}, x0)
+    seconds = _time.perf_counter() - began
+    if code == 2:
         raise InfeasibleBudget("milp", budget, None)
-    if res.x is None:
-        raise NoSolution(f"milp: HiGHS stopped ({res.message}) after {seconds:.1f}s without a schedule; "
+    if x is None:
+        raise NoSolution(f"milp: HiGHS stopped ({message}) after {seconds:.1f}s without a schedule; "
                          "raise time_limit or lower max_nodes (coarser graph)")
-    x = res.x
     unit = prog.scale if budget is None else 1.0
-    bound = getattr(res, "mip_dual_bound", None) if not relax else res.fun
     return Solution(
-        status=_STATUS.get(res.status, "error"), R=x[prog.r] > 0.5, S=x[prog.s] > 0.5, objective=float(res.fun) * unit,
-        bound=float(bound if bound is not None else res.fun) * unit, mip_gap=float(getattr(res, "mip_gap", 0.0) or 0.0),
-        seconds=seconds, variables=prog.size[0], rows=prog.size[1], least_peak=budget is None,
+        status=_STATUS.get(code, "error"), R=x[prog.r] > 0.5, S=x[prog.s] > 0.5, objective=float(fun) * unit,
+        bound=float(bound) * unit, mip_gap=float(gap), seconds=seconds, variables=prog.size[0], rows=prog.size[1],
+        least_peak=budget is None, warm=x0 is not None,
     )
 
 
@@ -435,6 +519,78 @@ def stage_memory(pb: Problem, R: np.ndarray, S: np.ndarray) -> np.ndarray:
     return out + grads
 
 
+def point(pb: Problem, prog: _Program, R: np.ndarray, S: np.ndarray) -> np.ndarray | None:
+    """The program's variables for the schedule (R, S): FREE taken right after each value's last use
+    in a stage (as :func:`stage_memory`), U from its recursion, the peak variable (no budget) at the
+    schedule's peak; ``None`` where that point breaks a bound or a constraint of ``prog``."""
+    n = pb.n
+    pi, pk = prog.pairs
+    eu, ev = pb.edges()
+    users = np.eye(n, dtype=bool)
+    users[eu, ev] = True
+    stays = np.vstack([S[1:], np.zeros((1, n), dtype=bool)]) | pb.pinned[None, :]
+    stays[n:] |= pb.needs
+    used = users[None, :, :] & R[:, None, :]  # [t, i, j]: stage t computes j, a reader of i (or i)
+    last = np.where(used.any(2), n - 1 - np.argmax(used[:, :, ::-1], axis=2), -1)
+    free = (~stays & (last >= 0))[:, pi] & (last[:, pi] == pk[None, :])
+    m = pb.mem / prog.scale
+    delta = np.zeros((R.shape[0], n + 1))
+    delta[:, :n] = R * m
+    delta[:, 0] += S @ m
+    np.add.at(delta.T, pk + 1, -(free * m[pi]).T)
+    x = np.zeros(prog.c.size)
+    x[prog.r], x[prog.s], x[prog.f], x[prog.u] = R, S, free, np.cumsum(delta, axis=1)
+    if prog.c.size > prog.u.max() + 1:  # no budget: the peak variable
+        g_base = np.concatenate([np.zeros(n), pb.grad_base]) / prog.scale
+        g_peak = np.concatenate([np.zeros(n), pb.grad_peak]) / prog.scale
+        x[-1] = max((x[prog.u[:, :n]] + g_base[:, None]).max(), (x[prog.u[:, n]] + g_peak).max())
+    ax = prog.constraint.A @ x
+    tol = 1e-9
+    ok = ((x >= prog.bounds.lb - tol) & (x <= prog.bounds.ub + tol)).all()
+    return x if ok and ((ax >= prog.constraint.lb - tol) & (ax <= prog.constraint.ub + tol)).all() else None
+
+
+def on_demand(pb: Problem, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(R, S) of the schedule that keeps ``kept`` (coarse nodes) from the forward pass and, in each
+    backward stage, computes what its backward ops read and is not there (and the missing inputs of
+    that), keeping every value exactly while a later stage reads it. With ``kept`` a canonical
+    strategy's cache (∪ ∂(L_i) and the last block), it recomputes no more than the strategy does."""
+    n, T = pb.n, 2 * pb.n
+    eu, ev = pb.edges()
+    R = np.zeros((T, n), dtype=bool)
+    R[np.arange(n), np.arange(n)] = True
+    there = kept | pb.pinned
+    for t in range(n, T):
+        want = pb.needs[t - n] & ~there
+        for v in range(n - 1, -1, -1):  # inputs have smaller indices: one sweep closes the set
+            if want[v]:
+                ps = list(pb.preds[v])
+                want[ps] |= ~there[ps]
+        R[t] = want
+        there = there | want
+    readers = np.zeros((n, n))
+    readers[ev, eu] = 1  # [v, u]: computing v reads u
+    reads = (R @ readers) > 0
+    reads[n:] |= pb.needs
+    S = np.zeros((T, n), dtype=bool)
+    nxt = np.zeros(n, dtype=bool)
+    before = np.arange(n)
+    for t in range(T - 1, 0, -1):  # present at t: read at t from an older copy, or later before any recompute
+        S[t] = (~R[t] & (reads[t] | nxt)) | (pb.pinned & (before < t))
+        nxt = S[t]
+    return R, S
+
+
+def _kept(pb: Problem, plan: Plan) -> tuple[list[np.ndarray], int]:
+    """Coarse kept sets for a lower-set ``plan``: its cache U_k and last block (what its canonical
+    schedule keeps from the forward pass), a coarse node kept when all its nodes are and, where some
+    coarse node mixes kept and dropped nodes, also when any is; and the number of such nodes."""
+    nodes = plan.cached | plan.blocks[-1]
+    share = np.array([sum(v in nodes for v in grp) / len(grp) for grp in pb.groups])
+    mixed = int(((share > 0) & (share < 1)).sum())
+    return ([share == 1, share > 0] if mixed else [share == 1]), mixed
+
+
 def _schedule(g: Graph, pb: Problem, R: np.ndarray) -> Schedule:
     """The executable schedule of R: stage by stage, the nodes it computes (in order; a node computed
     again is a new copy), then in a backward stage its backward ops."""
@@ -458,7 +614,8 @@ def _schedule(g: Graph, pb: Problem, R: np.ndarray) -> Schedule:
 
 @register("milp", simulates=True)
 def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_limit: float = 60.0,
-         max_nodes: int = 60, mip_rel_gap: float = 1e-4, retries: int = 4) -> Plan:  # fmt: skip
+         max_nodes: int = 60, mip_rel_gap: float = 1e-4, retries: int = 4,
+         warm_start: Sequence[Plan] | None = None) -> Plan:  # fmt: skip
     """The least recomputation (Σ T_v R[t, v]) whose peak fits ``budget``, over every schedule of the stages
     (see the module docstring); ``budget=None``: the smallest peak, then the least overhead at it.
 
@@ -466,38 +623,56 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
     gap in ``info``. Graphs of more than ``max_nodes`` nodes are coarsened. On a traced graph the
     plan carries its :class:`~recompute.schedule.Schedule` and ``peak`` is its simulated peak;
     ``retries`` bounds the re-solves with the program's budget moved by the simulated excess or slack.
+    ``warm_start``: lower-set plans HiGHS starts from (their cache kept, :func:`on_demand`), by
+    default approxdp-TC's at ``budget``; ``()`` for a cold start.
     """
     if strategy is not None:
         raise ValueError("milp: takes no strategy (it minimises the overhead within the budget)")
     pb = problem(g, max_nodes)
     total = g.total_time()
     info: dict[str, Any] = {"coarsened_from": g.n, "coarsened_to": pb.n, "time_limit": time_limit}
+    known, info["warm_start"] = _warm(g, pb, budget, total, warm_start)
+    fitting = [c for c in known if budget is not None and c.peak <= budget]  # no budget: the least peak first
+    best = min(fitting, key=lambda c: c.overhead, default=None)
+    info["warm_overhead"] = best.overhead if best is not None else None
     solves: list[Solution] = []
+    bounds: list[tuple[int, float]] = []  # (program budget, HiGHS's bound on Σ T R there)
+
+    def start(limit: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The least-overhead schedule known whose program peak fits ``limit`` (None: the least peak)."""
+        ok = [c for c in known if limit is None or c.model_peak <= limit]
+        pick = min(ok, key=(lambda c: c.model_peak) if limit is None else (lambda c: c.overhead), default=None)
+        return (pick.solution.R, pick.solution.S) if pick is not None else None
+
     model_budget = budget
+    fits = overshoots = None  # program budgets whose plan fits / exceeds the budget, when simulated
     if budget is None:  # the least peak, then (if HiGHS finds one in time) the least overhead at it
-        solves.append(_solve(pb, None, time_limit, mip_rel_gap))
+        solves.append(_solve(pb, None, time_limit, mip_rel_gap, start=start(None)))
         info["peak_bound"] = int(solves[0].bound)
         model_budget = int(stage_memory(pb, solves[0].R, solves[0].S).max())
-    best: _Candidate | None = None
-    fits = overshoots = None  # model budgets whose plan fits / exceeds the budget, when simulated
+        known.append(_Candidate.price(g, pb, solves[0], model_budget, total))  # the start at that peak
+    elif best is not None and best.model_peak > budget:  # the program overprices the warm start: let it in
+        model_budget = best.model_peak
     for attempt in range(retries + 1):
         try:
-            sol = _solve(pb, model_budget, time_limit, mip_rel_gap)
+            sol = _solve(pb, model_budget, time_limit, mip_rel_gap, start=start(model_budget))
+            bounds.append((model_budget, sol.bound))
         except (NoSolution, InfeasibleBudget):
             if best is not None:
                 break
             if budget is None and solves:
                 sol = solves[0]
             elif g.program is not None and attempt == 0:  # the model overprices: try its least peak
-                sol = _solve(pb, None, time_limit, mip_rel_gap)
+                sol = _solve(pb, None, time_limit, mip_rel_gap, start=start(None))
                 model_budget = int(stage_memory(pb, sol.R, sol.S).max())
             else:
                 raise
         if not any(x is sol for x in solves):
             solves.append(sol)
         got = _Candidate.price(g, pb, sol, model_budget, total)
+        known.append(got)
         if budget is None or got.peak <= budget:
-            best = got if best is None or got.overhead < best.overhead else best
+            best = got if best is None or got.overhead <= best.overhead else best  # ties: the solve, with its status
         if budget is None or g.program is None or got.overhead == 0 or got.peak == budget:
             break
         # the model is not the simulator: move the program's budget by the slack or the excess
@@ -516,12 +691,15 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
     if best is None:
         raise InfeasibleBudget("milp", budget, None)
     sol = best.solution
-    bound = 0.0 if sol.least_peak else max(0.0, sol.bound - total)
+    # the optimum falls as the program's budget rises: a bound at a larger budget holds at the plan's
+    valid = [b for mb, b in bounds if mb is not None and mb >= best.model_budget]
+    bound = 0.0 if sol.least_peak or not valid else max(0.0, max(valid) - total)
     info.update(
         status=sol.status, objective=best.overhead, bound=bound,
         gap=(best.overhead - bound) / best.overhead if best.overhead else 0.0, mip_gap=sol.mip_gap,
         highs_seconds=sum(x.seconds for x in solves), solves=len(solves), model_peak=best.model_peak,
-        milp_budget=best.model_budget, variables=sol.variables, rows=sol.rows, R=sol.R, S=sol.S, model="milp",
+        milp_budget=best.model_budget, variables=solves[-1].variables if solves else 0,
+        rows=solves[-1].rows if solves else 0, R=sol.R, S=sol.S, model="milp",
     )
     cached = frozenset(v for c in np.flatnonzero(sol.S[pb.n]) for v in pb.groups[c])
     return Plan(method="milp", strategy=None, lower_sets=[g.nodes], cached=cached, overhead=best.overhead,
@@ -529,19 +707,51 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
                 schedule=best.schedule)
 
 
+def _warm(g: Graph, pb: Problem, budget: int | None, total: int,
+          plans: Sequence[Plan] | None) -> tuple[list["_Candidate"], str]:  # fmt: skip
+    """The warm starts of ``plans`` (default: approxdp-TC's at ``budget``) on the stage grid, priced,
+    and what became of them (said in ``info["warm_start"]``)."""
+    if plans is None:
+        from ..plan import plan as make_plan
+
+        try:
+            plans = [make_plan(g, "approxdp", strategy="tc", budget=budget)]
+        except InfeasibleBudget:
+            return [], "none: approxdp-TC has no plan at this budget"
+    out: list[_Candidate] = []
+    notes: list[str] = []
+    for p in plans:
+        if p.schedule is not None:
+            notes.append(f"{p.method}: no lower-set plan, not used")
+            continue
+        masks, mixed = _kept(pb, p)
+        for kept in masks:
+            R, S = on_demand(pb, kept)
+            warm = Solution(status="warm_start", R=R, S=S, objective=float((pb.time * R).sum()), bound=np.nan,
+                            mip_gap=np.nan, seconds=0.0, variables=0, rows=0, least_peak=budget is None, warm=True)
+            c = _Candidate.price(g, pb, warm, None, total)
+            c.model_budget = c.model_peak
+            out.append(c)
+        label = f"{p.method}-{p.strategy.upper() if p.strategy else ''}"
+        notes.append(f"{label} (overhead {p.overhead}, peak {p.peak}) → {len(masks)} schedule(s)"
+                     + (f", {mixed} coarse nodes mix kept and recomputed values" if mixed else "")
+                     + ": " + ", ".join(f"overhead {c.overhead}, peak {c.peak}" for c in out[-len(masks):]))
+    return out, "; ".join(notes) or "none"
+
+
 @dataclass
 class _Candidate:
     """A solution priced: its overhead, its model peak, and on a traced graph its schedule's simulated peak."""
 
     solution: Solution
-    model_budget: int
+    model_budget: int | None
     overhead: int
     model_peak: int
     peak: int
     schedule: Schedule | None
 
     @classmethod
-    def price(cls, g: Graph, pb: Problem, sol: Solution, model_budget: int, total: int) -> "_Candidate":
+    def price(cls, g: Graph, pb: Problem, sol: Solution, model_budget: int | None, total: int) -> "_Candidate":
         model_peak = int(stage_memory(pb, sol.R, sol.S).max())
         sched = _schedule(g, pb, sol.R) if g.program is not None else None
         peak = simulate(g.program, sched).peak if sched is not None else model_peak
