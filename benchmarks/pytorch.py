@@ -56,6 +56,7 @@ class Point:
         family: ``eager`` (plain training, the reference), ``ours`` or ``pytorch``.
         knob: the budget (ours, as a fraction of vanilla's simulated peak) or PyTorch's option.
         peak: peak bytes without the parameter gradients; ``None`` where it did not run.
+        full_peak: the step's whole peak, parameter gradients included (what the planners minimise).
         exact: :meth:`recompute.exactness.Exactness.summary`, or why it did not run.
         same_as: the label of an identical plan measured before (its numbers are reused).
     """
@@ -65,6 +66,7 @@ class Point:
     family: str
     knob: str = ""
     peak: int | None = None
+    full_peak: int | None = None
     seconds: float | None = None
     exact: str = ""
     same_as: str = ""
@@ -152,12 +154,13 @@ def run_net(name: str, batch: int, size: int, methods: Sequence[str] = METHODS, 
             bar.set_postfix_str(f"{name} {point.label}")
         if key is not None and key in seen:
             first = seen[key]
-            point.peak, point.seconds, point.exact, point.same_as = first.peak, first.seconds, first.exact, first.label
+            point.peak, point.full_peak, point.seconds = first.peak, first.full_peak, first.seconds
+            point.exact, point.same_as = first.exact, first.label
         elif make is not None:
             try:
                 trained, runner = make()
                 r = recompute.measure(trained, inputs, runner=runner, backend="cpu", warmup=warmup, iterations=iterations)
-                point.peak, point.seconds = r.activation_peak_bytes, r.seconds
+                point.peak, point.full_peak, point.seconds = r.activation_peak_bytes, r.peak_bytes, r.seconds
                 if runner is not None:
                     point.exact = compare(trained, runner, inputs, seed=0).summary()
             except baselines.Unsupported as e:  # a baseline that does not apply to this net is a result
@@ -184,9 +187,11 @@ def net_table(points: list[Point]) -> str:
     eager = next(p for p in points if p.family == "eager")
     rows = [[p.method, p.knob + (f" (= {p.same_as})" if p.same_as else ""),
              "—" if p.peak is None else f"{p.peak / MIB:.1f}", _ratio(p.peak, eager.peak),
+             "—" if p.full_peak is None else f"{p.full_peak / MIB:.1f}",
              "—" if p.seconds is None else f"{p.seconds:.3f}", _ratio(p.seconds, eager.seconds), p.exact]
             for p in points]
-    return markdown_table(["method", "budget / knob", "peak MiB (no param. grads)", "peak × eager", "s / step",
+    return markdown_table(["method", "budget / knob", "peak MiB (no param. grads)", "peak × eager",
+                           "whole peak MiB", "s / step",
                            "time × eager", "exact"], rows)
 
 

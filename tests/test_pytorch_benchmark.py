@@ -11,7 +11,8 @@ def test_one_net_yields_rows_a_verdict_and_a_figure(tmp_path):
     points = pytorch.run_net("resblock", 2, 16, methods, budgets=2, iterations=1, warmup=0)
     assert len(points) == pytorch.variant_count(methods, 2) == 4
     assert [p.family for p in points] == ["eager", "ours", "ours", "pytorch"]
-    assert all(p.peak and p.seconds for p in points)
+    assert all(p.peak and p.full_peak and p.seconds for p in points)
+    assert all(p.full_peak >= p.peak for p in points)
     assert points[1].knob.startswith("budget min") and points[1].exact == "bitwise"
     assert points[3].exact.startswith("differs")  # BatchNorm statistics updated again when recomputed
     assert points[0].label in pytorch.net_table(points) and "torch_checkpoint_blocks" in pytorch.net_table(points)
