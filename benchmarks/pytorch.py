@@ -57,6 +57,7 @@ class Point:
         knob: the budget (ours, as a fraction of vanilla's simulated peak) or PyTorch's option.
         peak: peak bytes without the parameter gradients; ``None`` where it did not run.
         full_peak: the step's whole peak, parameter gradients included (what the planners minimise).
+        grad_bytes: the parameter gradients' bytes at the end of the step (the floor under ``full_peak``).
         exact: :meth:`recompute.exactness.Exactness.summary`, or why it did not run.
         same_as: the label of an identical plan measured before (its numbers are reused).
     """
@@ -67,6 +68,7 @@ class Point:
     knob: str = ""
     peak: int | None = None
     full_peak: int | None = None
+    grad_bytes: int | None = None
     seconds: float | None = None
     exact: str = ""
     same_as: str = ""
@@ -154,13 +156,15 @@ def run_net(name: str, batch: int, size: int, methods: Sequence[str] = METHODS, 
             bar.set_postfix_str(f"{name} {point.label}")
         if key is not None and key in seen:
             first = seen[key]
-            point.peak, point.full_peak, point.seconds = first.peak, first.full_peak, first.seconds
+            point.peak, point.full_peak, point.grad_bytes, point.seconds = (first.peak, first.full_peak,
+                                                                            first.grad_bytes, first.seconds)
             point.exact, point.same_as = first.exact, first.label
         elif make is not None:
             try:
                 trained, runner = make()
                 r = recompute.measure(trained, inputs, runner=runner, backend="cpu", warmup=warmup, iterations=iterations)
                 point.peak, point.full_peak, point.seconds = r.activation_peak_bytes, r.peak_bytes, r.seconds
+                point.grad_bytes = r.grad_bytes
                 if runner is not None:
                     point.exact = compare(trained, runner, inputs, seed=0).summary()
             except baselines.Unsupported as e:  # a baseline that does not apply to this net is a result
@@ -195,40 +199,44 @@ def net_table(points: list[Point]) -> str:
                            "time × eager", "exact"], rows)
 
 
-def _best_at(ours: list[Point], seconds: float) -> Point | None:
-    """Our smallest peak at a step time ≤ ``seconds``."""
-    fit = [p for p in ours if p.seconds <= seconds]
-    return min(fit, key=lambda p: (p.peak, p.seconds)) if fit else None
+def _best_at(ours: list[Point], seconds: float, metric: str) -> Point | None:
+    """Our smallest ``metric`` (a peak attribute of :class:`Point`) at a step time ≤ ``seconds``."""
+    fit = [p for p in ours if p.seconds <= seconds and getattr(p, metric) is not None]
+    return min(fit, key=lambda p: (getattr(p, metric), p.seconds)) if fit else None
 
 
-def verdict(points: list[Point]) -> list[Any]:
-    """The summary row of one network: PyTorch's smallest peak, our smallest peak at no more time, their
-    ratio and whether it is ≤ 0.8; and the largest such ratio over all of PyTorch's points."""
+def verdict(points: list[Point], metric: str = "peak") -> list[Any]:
+    """The summary row of one network on ``metric`` (``peak``: without the parameter gradients, or
+    ``full_peak``: the whole step): PyTorch's smallest, our smallest at no more time, their ratio and
+    whether it is ≤ 0.8; the largest such ratio over all of PyTorch's points; and the parameter
+    gradients' bytes (the floor under a whole peak)."""
     eager = next(p for p in points if p.family == "eager")
-    ran = [p for p in points if p.peak is not None and not p.same_as]
+    ran = [p for p in points if getattr(p, metric) is not None and not p.same_as]
     ours = [p for p in ran if p.family == "ours"]
     theirs = [p for p in ran if p.family == "pytorch"]
+    grads = "—" if eager.grad_bytes is None else f"{eager.grad_bytes / MIB:.1f}"
     if not ours or not theirs:
-        return [points[0].network, "—", "—", "—", "—", "—"]
-    best = min(theirs, key=lambda p: (p.peak, p.seconds))
-    mine = _best_at(ours, best.seconds)
+        return [points[0].network, "—", "—", "—", "—", "—", grads]
+    size = lambda p: getattr(p, metric)  # noqa: E731
+    best = min(theirs, key=lambda p: (size(p), p.seconds))
+    mine = _best_at(ours, best.seconds, metric)
 
     def show(p: Point) -> str:
-        return f"{p.label}: {p.peak / eager.peak:.2f}× at {p.seconds / eager.seconds:.2f}× time"
+        return f"{p.label}: {size(p) / MIB:.1f} MiB = {size(p) / size(eager):.2f}× at {p.seconds / eager.seconds:.2f}× time"
 
-    ratio = None if mine is None else mine.peak / best.peak
+    ratio = None if mine is None else size(mine) / size(best)
     worst = []
     for t in theirs:
-        m = _best_at(ours, t.seconds)
-        worst.append((m.peak / t.peak if m else float("inf"), t.label))
+        m = _best_at(ours, t.seconds, metric)
+        worst.append((size(m) / size(t) if m else float("inf"), t.label))
     w_ratio, w_label = max(worst)
     return [points[0].network, show(best), "none as fast" if mine is None else show(mine),
             "—" if ratio is None else f"{ratio:.2f}", "yes" if ratio is not None and ratio <= 0.8 else "**no**",
-            "none as fast" if w_ratio == float("inf") else f"{w_ratio:.2f} (vs {w_label})"]
+            "none as fast" if w_ratio == float("inf") else f"{w_ratio:.2f} (vs {w_label})", grads]
 
 
-VERDICT_HEADERS = ["network", "PyTorch's smallest peak", "ours: smallest peak at ≤ its time", "ours / theirs",
-                   "≤ 0.8×", "largest ours / theirs over PyTorch's points"]
+VERDICT_HEADERS = ["network", "PyTorch's smallest", "ours: smallest at ≤ its time", "ours / theirs",
+                   "≤ 0.8×", "largest ours / theirs over PyTorch's points", "param. grads MiB"]
 
 
 def figure(points: list[Point], path: Path) -> None:
@@ -276,7 +284,10 @@ def report(done: dict[str, list[Point]]) -> str:
     """Every network's table (in :data:`SIZES` order), then the verdicts."""
     names = [n for n in SIZES if n in done]
     tables = [f"**{n}** (batch {SIZES[n][0]}, {SIZES[n][1]}²)\n\n{net_table(done[n])}" for n in names]
-    return "\n\n".join([*tables, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names])])
+    verdicts = [f"**{title}**\n\n" + markdown_table(VERDICT_HEADERS, [verdict(done[n], metric) for n in names])
+                for metric, title in (("peak", "Peak without the parameter gradients"),
+                                      ("full_peak", "Whole peak (parameter gradients included)"))]
+    return "\n\n".join([*tables, *verdicts])
 
 
 def main() -> None:
@@ -306,7 +317,7 @@ def main() -> None:
             if args.write:  # after every network, so that a long run stopped early keeps what it measured
                 save(done[name])
                 write_section(REPO / "docs" / "benchmarks.md", "pytorch-pareto", report(done))
-    print(report(done).rsplit("\n\n", 1)[-1])
+    print("\n\n".join(report(done).split("\n\n")[-4:]))
 
 
 if __name__ == "__main__":
