@@ -73,8 +73,9 @@ on the fine one.
 
 from __future__ import annotations
 
+import operator
 import time as _time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -90,7 +91,9 @@ from ..simulate import simulate
 if TYPE_CHECKING:
     import torch.fx as fx
 
-__all__ = ["milp", "lp_bound", "Problem", "problem", "coarsen", "stage_memory", "point", "on_demand",
+    from ..trace import Program
+
+__all__ = ["milp", "lp_bound", "Problem", "problem", "coarsen", "stage_memory", "point", "keep", "on_demand",
            "NoSolution"]
 
 _TIE = 1e-6  # without a budget: the overhead's weight beside the peak (a fraction of M(V) in all)
@@ -108,11 +111,20 @@ class Problem:
     Attributes:
         groups: for each coarse node, its nodes of V (a run of consecutive nodes of the order).
         preds: δ⁻ of each coarse node (smaller indices).
-        mem: M_c in bytes.
+        mem: M_c in bytes: what of c outlives its computation and a forward op of another node reads
+            (or a step output): kept by S.
+        saved: M'_c in bytes: what of c outlives its computation and only backward ops read: kept by S'.
+        transient: X_c in bytes: what else is alive at the peak of computing c (its temporaries).
         time: T_c in cost units.
-        needs: (n, n) booleans; row s: the values the backward ops of backward stage n + s read.
-        grad_base: (n,) bytes of backward values alive while backward stage n + s recomputes (G_t).
-        grad_peak: (n,) bytes of backward values at the peak of its backward ops (G'_t).
+        needs: (n, n) booleans; row s: the values whose forward part the backward ops of backward stage
+            n + s read.
+        needs_saved: (n, n) booleans; row s: the values whose saved part they read.
+        base: (T,) bytes of stage t that no variable decides, at its events k < n (H_t).
+        bwd_stage: (E,) the backward stage s of each backward event (a backward op of stage n + s).
+        bwd_base: (E,) bytes alive at the event whatever is kept (H'_e).
+        bwd_alive: (E, 2n) the part of M_c (columns < n) and of M'_c (columns ≥ n) counted in
+            ``bwd_base`` (what the stage reads of c at the event or later, A_{e,c}): c kept into the
+            next stage adds the rest.
         pinned: values that live to the end of the step (the step's outputs): kept once computed.
         fixed: nodes that draw random numbers: never recomputed in the forward phase.
         stage_ops: on a traced graph, the backward fx ops of each backward stage in run order.
@@ -121,10 +133,15 @@ class Problem:
     groups: tuple[tuple[int, ...], ...]
     preds: tuple[tuple[int, ...], ...]
     mem: np.ndarray
+    saved: np.ndarray
+    transient: np.ndarray
     time: np.ndarray
     needs: np.ndarray
-    grad_base: np.ndarray
-    grad_peak: np.ndarray
+    needs_saved: np.ndarray
+    base: np.ndarray
+    bwd_stage: np.ndarray
+    bwd_base: np.ndarray
+    bwd_alive: np.ndarray
     pinned: np.ndarray
     fixed: np.ndarray
     stage_ops: tuple[tuple[str, ...], ...] | None = None
@@ -138,6 +155,16 @@ class Problem:
         pairs = [(u, v) for v, ps in enumerate(self.preds) for u in ps]
         arr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         return arr[:, 0], arr[:, 1]
+
+    def backward_peaks(self, kept: np.ndarray) -> np.ndarray:
+        """(E,) bytes at each backward event, ``kept`` (T, 2n) being what each stage keeps into the next
+        (S and S')."""
+        whole = np.concatenate([self.mem, self.saved])
+        return self.bwd_base + (kept[self.n + self.bwd_stage] * (whole[None, :] - self.bwd_alive)).sum(1)
+
+    def floor(self) -> int:
+        """Bytes every schedule has at some event: no budget below it fits."""
+        return max(int(self.base.max(initial=0)), int(self.bwd_base.max(initial=0)))
 
 
 # --- coarsening ------------------------------------------------------------------------------------
@@ -182,33 +209,93 @@ def problem(g: Graph, max_nodes: int | None = None) -> Problem:
     pinned[where[list(g.outputs)]] = True
     fixed = np.zeros(n, dtype=bool)
     common = {"groups": tuple(groups), "preds": preds, "time": time, "pinned": pinned}
-    if g.program is None:
-        mem = np.array([int(g.mem[list(grp)].sum()) for grp in groups], dtype=np.int64)
-        needs = np.zeros((n, n), dtype=bool)
-        for c, grp in enumerate(groups):
-            needs[n - 1 - c, [c, *preds[c]]] = True
-        # gradient of v: from the stage of its first differentiated successor (outputs: the start) to v's
-        stage = n - 1 - where  # backward stage index s of each node of V
-        born = np.array([min((stage[w] for w in g.succs[v]), default=-1) for v in range(g.n)])
-        s = np.arange(n)[:, None]
-        base = ((born[None, :] < s) & (s <= stage[None, :])) @ g.mem
-        peak = ((born[None, :] <= s) & (s <= stage[None, :])) @ g.mem
-        return Problem(mem=mem, needs=needs, grad_base=base, grad_peak=peak, fixed=fixed, **common)
-    return _traced(g, where, fixed, common)
+    if g.program is not None:
+        return _traced(g, where, fixed, common)
+    mem = np.array([int(g.mem[list(grp)].sum()) for grp in groups], dtype=np.int64)
+    needs = np.zeros((n, n), dtype=bool)
+    for c, grp in enumerate(groups):
+        needs[n - 1 - c, [c, *preds[c]]] = True
+    # gradient of v: from the stage of its first differentiated successor (outputs: the start) to v's
+    stage = n - 1 - where  # backward stage index s of each node of V
+    born = np.array([min((stage[w] for w in g.succs[v]), default=-1) for v in range(g.n)])
+    s = np.arange(n)[:, None]
+    between = ((born[None, :] < s) & (s <= stage[None, :])) @ g.mem
+    during = ((born[None, :] <= s) & (s <= stage[None, :])) @ g.mem
+    alive = needs * mem[None, :]  # one backward event per stage: it reads all it needs
+    none = np.zeros(n, dtype=np.int64)
+    return Problem(mem=mem, saved=none, transient=none, needs=needs, needs_saved=np.zeros_like(needs),
+                   base=np.concatenate([none, between]), bwd_stage=np.arange(n), bwd_base=during + alive.sum(1),
+                   bwd_alive=np.hstack([alive, np.zeros_like(alive)]), fixed=fixed, **common)
 
 
 def _bytes(node: "fx.Node") -> int:
     return 0 if is_alias(node) else sum(t.numel() * t.element_size() for _, t in output_tensors(node.meta.get("val")))
 
 
+@dataclass
+class _Storages:
+    """The storages of a traced step's forward values (one per output of a non-alias op of V) and who
+    reads them, as :mod:`recompute.simulate` resolves views and ``getitem``.
+
+    Attributes:
+        size: bytes of each storage.
+        node: its node of V.
+        of: fx node name → the storages a read of that node keeps alive (absent: a constant).
+    """
+
+    size: list[int]
+    node: list[int]
+    of: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def build(cls, p: "Program") -> "_Storages":
+        out = cls([], [], {})
+        element: dict[tuple[str, int | None], int] = {}
+        for v, members in enumerate(p.members):
+            for x in members:
+                if not is_alias(x):
+                    made = []
+                    for i, t in output_tensors(x.meta.get("val")):
+                        element[(x.name, i)] = len(out.size)
+                        made.append(len(out.size))
+                        out.size.append(t.numel() * t.element_size())
+                        out.node.append(v)
+                    out.of[x.name] = tuple(made)
+        for x in p.joint.backward:
+            out.resolve(x, element)
+        for v, members in enumerate(p.members):
+            for x in members:
+                out.resolve(x, element)
+        return out
+
+    def resolve(self, x: "fx.Node", element: dict[tuple[str, int | None], int]) -> None:
+        """Record what a read of the alias ``x`` keeps alive: its base's storages, or one element."""
+        if x.name in self.of or not is_alias(x) or not x.all_input_nodes:
+            return
+        base = x.all_input_nodes[0]
+        self.resolve(base, element)
+        got = self.of.get(base.name)
+        if got is None:
+            return
+        if x.target is operator.getitem and len(got) > 1 and (base.name, x.args[1]) in element:
+            got = (element[(base.name, x.args[1])],)
+        self.of[x.name] = got
+
+    def read(self, x: "fx.Node") -> set[int]:
+        """The storages ``x`` reads."""
+        return {s for a in x.all_input_nodes for s in self.of.get(a.name, ())}
+
+
 def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Problem:
-    """Prices from the joint program: op outputs, backward reads, and the backward values' liveness."""
+    """Prices from the joint program as the simulator replays the schedule ``_schedule`` writes (see
+    the module docstring, Pricing)."""
     p = g.program
     joint = p.joint
     n = len(common["groups"])
-    mem = np.zeros(n, dtype=np.int64)
+    st = _Storages.build(p)
+    size = np.asarray(st.size, dtype=np.int64)
+    group = where[np.asarray(st.node, dtype=np.int64)] if st.node else np.zeros(0, dtype=np.int64)
     for v, nodes in enumerate(p.members):
-        mem[where[v]] += sum(_bytes(x) for x in nodes)
         fixed[where[v]] |= any(is_random(x) for x in nodes)
     # backward ops by stage: their owner's, never before a gradient they read
     stage_of: dict[str, int] = {}
@@ -217,34 +304,101 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
         s = n - 1 - int(where[v]) if v is not None else 0
         stage_of[node.name] = max([s, *(stage_of[a.name] for a in node.all_input_nodes if a.name in stage_of)])
     ordered = sorted(joint.backward, key=lambda x: stage_of[x.name])  # stable: run order within a stage
-    # forward values each backward op reads, directly or through backward views of them
-    views: dict[str, set[int]] = {}  # backward views of forward values → those values
+    stages = np.array([stage_of[x.name] for x in ordered], dtype=np.int64)
+    # what outlives the computation of its group: read by another group's forward op or a step output
+    # (the forward part), else by a backward op (the saved part); BatchNorm's new statistics live to
+    # the end of the forward phase (H_t)
+    forward = np.zeros(len(size), dtype=bool)
+    for v, members in enumerate(p.members):
+        for x in members:
+            for s in st.read(x):
+                forward[s] |= group[s] != where[v]
+    for x in p.joint.user_outputs:
+        forward[list(st.of.get(x.name, ()))] = True
+    reads = [st.read(x) for x in ordered]
+    backward = np.zeros(len(size), dtype=bool)
+    for r in reads:
+        backward[list(r)] = True
+    saved = backward & ~forward
+    stats = np.zeros(len(size), dtype=bool)
+    for name in joint.buffer_writes:
+        stats[list(st.of.get(name, ()))] = True
+    mem = np.bincount(group, weights=size * forward, minlength=n).astype(np.int64)
+    mem_saved = np.bincount(group, weights=size * saved, minlength=n).astype(np.int64)
+    held = np.bincount(group, weights=size * stats, minlength=n).astype(np.int64)
+    stays = forward | saved | stats
+    transient = np.array([_group_peak(p, st, grp, stays) for grp in common["groups"]]) - mem - mem_saved
+    prologue = sum(_bytes(x) for x in p.prologue)
     needs = np.zeros((n, n), dtype=bool)
-    for node in ordered:
-        got: set[int] = set()
-        for a in node.all_input_nodes:
-            if a.name in p.group:
-                got.add(int(where[p.group[a.name]]))
-            got |= views.get(a.name, set())
-        if is_alias(node):
-            views[node.name] = got
-        needs[stage_of[node.name], sorted(got)] = True
+    needs_saved = np.zeros((n, n), dtype=bool)
+    for s, r in zip(stages, reads):
+        r = np.fromiter(r, dtype=np.int64, count=len(r))
+        needs[s, group[r[forward[r]]]] = True
+        needs_saved[s, group[r[saved[r]]]] = True
+    key = group + n * saved  # the columns of A: forward parts, then saved parts
     # backward values alone: the simulator on the backward ops in stage order (forward reads absent)
     steps = [(x.name, 0) for x in ordered]
     sim = simulate(p, Schedule(steps=steps, reads=[tuple((a.name, 0) for a in x.all_input_nodes) for x in ordered],
                                backward_start=0))
     before = sim.live - np.array([_bytes(x) for x in ordered], dtype=np.int64)
-    stages = np.array([stage_of[x.name] for x in ordered], dtype=np.int64)
-    base = np.zeros(n, dtype=np.int64)
-    peak = np.zeros(n, dtype=np.int64)
+    between = np.zeros(n, dtype=np.int64)
     nxt = int(sim.live[-1]) if len(ordered) else 0
+    events: list[tuple[int, int, np.ndarray]] = []
     for s in range(n - 1, -1, -1):
         idx = np.flatnonzero(stages == s)
-        base[s] = before[idx[0]] if len(idx) else nxt
-        peak[s] = sim.live[idx].max() if len(idx) else base[s]
-        nxt = base[s]
+        between[s] = before[idx[0]] if len(idx) else nxt
+        nxt = between[s]
+        events += _backward_events(s, [reads[j] for j in idx], sim.live[idx] if len(idx) else np.array([between[s]]),
+                                   size, key, 2 * n)
+    statistics = np.concatenate([[0], np.cumsum(held)[:-1]])  # of the nodes before forward stage t
+    alive = np.array([e[2] for e in events], dtype=np.int64).reshape(-1, 2 * n)
     stage_ops = tuple(tuple(x.name for x in ordered if stage_of[x.name] == s) for s in range(n))
-    return Problem(mem=mem, needs=needs, grad_base=base, grad_peak=peak, fixed=fixed, stage_ops=stage_ops, **common)
+    return Problem(mem=mem, saved=mem_saved, transient=transient, needs=needs, needs_saved=needs_saved,
+                   base=np.concatenate([statistics, between]) + prologue,
+                   bwd_stage=np.array([e[0] for e in events], dtype=np.int64),
+                   bwd_base=np.array([e[1] for e in events], dtype=np.int64) + alive.sum(1) + prologue,
+                   bwd_alive=alive, fixed=fixed, stage_ops=stage_ops, **common)
+
+
+def _group_peak(p: "Program", st: _Storages, grp: tuple[int, ...], stays: np.ndarray) -> int:
+    """The most bytes of its own storages alive while a group is computed (its fx ops in order, a
+    storage freed after its last read inside the group unless it ``stays``)."""
+    ops = [x for v in grp for x in p.members[v]]
+    made = [st.of[x.name] if not is_alias(x) else () for x in ops]
+    mine = {s for m in made for s in m}
+    last = {s: q for q, m in enumerate(made) for s in m}
+    for q, x in enumerate(ops):
+        for s in st.read(x) & mine:
+            last[s] = q
+    for s in mine:
+        if stays[s]:
+            last[s] = len(ops)
+    live = peak = 0
+    for q, m in enumerate(made):
+        live += sum(st.size[s] for s in m)
+        peak = max(peak, live)
+        live -= sum(st.size[s] for s, end in last.items() if end == q)
+    return peak
+
+
+def _backward_events(s: int, reads: list[set[int]], grads: np.ndarray, size: np.ndarray, key: np.ndarray,
+                     width: int) -> list[tuple[int, int, np.ndarray]]:  # fmt: skip
+    """The events of backward stage s, one per distinct set of forward storages still to be read
+    (the larger backward bytes where two ops share it): (s, backward bytes, A_{e,·}, storages summed
+    by ``key`` into ``width`` columns)."""
+    last: dict[int, int] = {}
+    for j, r in enumerate(reads):
+        for x in r:
+            last[x] = j
+    read = np.array(sorted(last), dtype=np.int64)
+    ends = np.array([last[x] for x in read.tolist()], dtype=np.int64)
+    alive = np.zeros((len(grads), width), dtype=np.int64)
+    for j in range(len(reads)):
+        np.add.at(alive[j], key[read[ends >= j]], size[read[ends >= j]])
+    rows, inverse = np.unique(alive, axis=0, return_inverse=True)
+    top = np.full(len(rows), np.iinfo(np.int64).min)
+    np.maximum.at(top, inverse.ravel(), grads)
+    return [(s, int(b), a) for b, a in zip(top, rows)]
 
 
 # --- the program -----------------------------------------------------------------------------------
@@ -262,8 +416,9 @@ class _Rows:
         self.m = 0
 
     def add(self, lo: float | np.ndarray, hi: float | np.ndarray, *terms: tuple[np.ndarray, float | np.ndarray]) -> np.ndarray:
-        """New rows, one per entry of the broadcast shape of the terms' columns; returns their indices."""
-        shape = np.broadcast_shapes(*(np.shape(c) for c, _ in terms))
+        """New rows, one per entry of the broadcast shape of the bounds and the terms' columns; returns
+        their indices."""
+        shape = np.broadcast_shapes(np.shape(lo), np.shape(hi), *(np.shape(c) for c, _ in terms))
         idx = self.m + np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
         self.m += idx.size
         self.lo.append(np.broadcast_to(lo, shape).ravel().astype(float))
@@ -294,9 +449,9 @@ class _Program:
     bounds: Bounds
     integrality: np.ndarray
     r: np.ndarray  # (T, n) indices of R
-    s: np.ndarray  # (T, n) indices of S
+    s: np.ndarray  # (T, 2n) indices of S and S'
     f: np.ndarray  # (T, pairs) indices of FREE
-    u: np.ndarray  # (T, n + 1) indices of U
+    u: np.ndarray  # (T, n) indices of U
     pairs: tuple[np.ndarray, np.ndarray]  # the FREE pairs (i, k)
     scale: float
 
@@ -314,21 +469,23 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     npairs = len(pi)
     t = np.arange(T)[:, None]
     r = t * n + np.arange(n)
-    s = T * n + r
-    f = 2 * T * n + t * npairs + np.arange(npairs)
-    u = 2 * T * n + T * npairs + t * (n + 1) + np.arange(n + 1)
-    nvars = 2 * T * n + T * npairs + T * (n + 1) + (budget is None)
-    scale = float(max(int(pb.mem.sum()), 1))
-    m = pb.mem / scale
+    s_all = T * n + t * 2 * n + np.arange(2 * n)
+    s, sv = s_all[:, :n], s_all[:, n:]  # S (the forward part) and S' (the saved part)
+    f = 3 * T * n + t * npairs + np.arange(npairs)
+    u = 3 * T * n + T * npairs + t * n + np.arange(n)
+    nvars = 3 * T * n + T * npairs + T * n + (budget is None)
+    scale = float(max(int(pb.mem.sum() + pb.saved.sum()), 1))
+    m, mv = pb.mem / scale, pb.saved / scale
     lo, hi = np.zeros(nvars), np.ones(nvars)
     fwd = np.arange(n)
     earlier = fwd[None, :] < fwd[:, None]  # [t, v]: v < t
     hi[r[:n][fwd[None, :] > fwd[:, None]]] = 0  # forward stage t computes nothing after t …
     lo[r[fwd, fwd]] = 1  # … and t itself
-    hi[s[:n][~earlier]] = 0  # and keeps only what came before it
+    hi[s[:n][~earlier]] = hi[sv[:n][~earlier]] = 0  # and keeps only what came before it
     hi[r[:n][earlier & pb.fixed[None, :]]] = 0  # random ops run once in the forward phase
     lo[s[:n][earlier & pb.pinned[None, :]]] = 1  # outputs live to the end
     lo[s[n:][:, pb.pinned]] = 1
+    hi[sv[:, pb.saved == 0]] = 0
     hi[f[:n][(pk[None, :] > fwd[:, None])]] = 0
     hi[f[n:][pb.needs[:, pi]]] = 0  # a value the backward ops read is not freed before them
     hi[f[:, pb.pinned[pi]]] = 0
@@ -337,17 +494,18 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     for v in range(n):
         for w in pb.preds[v]:
             below[v] |= below[w]
-    useful = np.logical_or.accumulate((pb.needs.astype(np.int64) @ below > 0)[::-1], axis=0)[::-1]
+    read = (pb.needs | pb.needs_saved).astype(np.int64)
+    useful = np.logical_or.accumulate((read @ below > 0)[::-1], axis=0)[::-1]
     hi[r[n:][~useful]] = 0
     hi[s[n:][~useful & ~pb.pinned[None, :]]] = 0
-    g_base = np.concatenate([np.zeros(n), pb.grad_base]) / scale
-    g_peak = np.concatenate([np.zeros(n), pb.grad_peak]) / scale
+    hi[sv[n:][~useful]] = 0
     rows = _Rows()
     rows.add(-np.inf, 0, (r[:, ev], 1), (r[:, eu], -1), (s[:, eu], -1))  # dependencies
-    need = np.argwhere(pb.needs)
-    rows.add(1, np.inf, (r[n + need[:, 0], need[:, 1]], 1), (s[n + need[:, 0], need[:, 1]], 1))
-    rows.add(-np.inf, 0, (s[1:], 1), (r[:-1], -1), (s[:-1], -1))  # keeping
-    rows.add(-np.inf, 1, (r, 1), (s, 1))
+    for keep_var, needs in ((s, pb.needs), (sv, pb.needs_saved)):
+        need = np.argwhere(needs)
+        rows.add(1, np.inf, (r[n + need[:, 0], need[:, 1]], 1), (keep_var[n + need[:, 0], need[:, 1]], 1))
+        rows.add(-np.inf, 0, (keep_var[1:], 1), (r[:-1], -1), (keep_var[:-1], -1))  # keeping
+        rows.add(-np.inf, 1, (r, 1), (keep_var, 1))
     rows.add(-np.inf, 0, (f, 1), (r[:, pk], -1))  # freeing
     rows.add(-np.inf, 1, (f[:-1], 1), (s[1:, pi], 1))
     succs = [np.flatnonzero(ev_row) for ev_row in (eu[None, :] == np.arange(n)[:, None])]
@@ -355,29 +513,52 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     if pj:
         pp, jj = np.array(pj).T
         rows.add(-np.inf, 1, (f[:, pp], 1), (r[:, jj], 1))
-    # memory: U[t, k] - U[t, k-1] - R[t, k] M_k + Σ_{pairs freed after k-1} FREE M_i (- S[t] · M at k = 0)
+    # memory: U[t, k] - U[t, k-1] - R[t, k] (M_k + M'_k) + Σ_{pairs freed after k-1} FREE M_i
+    # (- S[t] · M - S'[t] · M' at k = 0); the saved part of k leaves after k unless the stage's
+    # backward ops read it or it is kept: + M'_k (R[t, k] + S'[t, k] - S'[t+1, k]) at k + 1
     mem_rows = rows.add(0, 0, (u, 1))
     rows.term(mem_rows[:, 1:], u[:, :-1], -1)
-    rows.term(mem_rows[:, :n], r, -m)
+    rows.term(mem_rows, r, -(m + mv))
     rows.term(mem_rows[:, [0]], s, -m)
-    rows.term(mem_rows[:, pk + 1], f, m[pi])
+    rows.term(mem_rows[:, [0]], sv, -mv)
+    inside = pk + 1 < n  # a value freed after the last event leaves no U
+    rows.term(mem_rows[:, pk[inside] + 1], f[:, inside], m[pi[inside]])
+    read_here = np.vstack([np.zeros((n, n), dtype=bool), pb.needs_saved])
+    tt, kk = np.nonzero(~read_here & (pb.saved > 0)[None, :] & (np.arange(n) + 1 < n)[None, :])
+    rows.term(mem_rows[tt, kk + 1], r[tt, kk], mv[kk])
+    rows.term(mem_rows[tt, kk + 1], sv[tt, kk], mv[kk])
+    on = tt + 1 < T
+    rows.term(mem_rows[tt[on], kk[on] + 1], sv[tt[on] + 1, kk[on]], -mv[kk[on]])
+    # backward events: what the stage keeps into the next adds M_c − A_{e,c} (the last stage: the outputs)
+    e_stage = n + pb.bwd_stage
+    coef = np.hstack([pb.mem[None, :] - pb.bwd_alive[:, :n], pb.saved[None, :] - pb.bwd_alive[:, n:]]) / scale
+    last = e_stage + 1 == T
+    fixed_bytes = np.where(last, (coef[:, :n] * pb.pinned[None, :]).sum(1), 0.0) + pb.bwd_base / scale
+    ee, cc = np.nonzero((coef > 0) & ~last[:, None])
+    ok = hi[s_all[e_stage[ee] + 1, cc]] > 0
+    ee, cc = ee[ok], cc[ok]
+    tr = np.flatnonzero(pb.transient > 0)
     if budget is None:
         peak_var = nvars - 1
         hi[u] = hi[peak_var] = np.inf
-        rows.add(-np.inf, -g_base[:, None], (u[:, :n], 1), (np.full((T, n), peak_var), -1))
-        rows.add(-np.inf, -g_peak, (u[:, n], 1), (np.full(T, peak_var), -1))
+        rows.add(-np.inf, -pb.base[:, None] / scale, (u, 1), (r, pb.transient[None, :] / scale),
+                 (np.full((T, n), peak_var), -1))
+        events = rows.add(-np.inf, -fixed_bytes, (np.full(len(e_stage), peak_var), -1))
         c = np.zeros(nvars)
         c[peak_var] = 1
         c[r] = _TIE * pb.time[None, :] / max(T * int(pb.time.sum()), 1)
     else:
-        hi[u[:, :n]] = (budget / scale - g_base)[:, None]
-        hi[u[:, n]] = budget / scale - g_peak
+        cap = (budget - pb.base) / scale
+        hi[u] = cap[:, None]
+        rows.add(-np.inf, cap[:, None], (u[:, tr], 1), (r[:, tr], pb.transient[tr] / scale))
+        events = rows.add(-np.inf, budget / scale - fixed_bytes)
         c = np.zeros(nvars)
         c[r] = pb.time[None, :]
+    rows.term(events[ee], s_all[e_stage[ee] + 1, cc], coef[ee, cc])
     lo[u] = 0
     integrality = np.zeros(nvars)
-    integrality[: 2 * T * n + T * npairs] = 1
-    return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s, f, u, (pi, pk), scale)
+    integrality[: 3 * T * n + T * npairs] = 1
+    return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s_all, f, u, (pi, pk), scale)
 
 
 # --- solving ---------------------------------------------------------------------------------------
@@ -472,7 +653,7 @@ def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: floa
     """Assemble and solve, from the schedule ``start`` = (R, S) where it is a point of the program;
     :class:`InfeasibleBudget` when HiGHS proves no schedule fits the budget, :class:`NoSolution`
     when it stops before finding one."""
-    if budget is not None and budget < max(int(pb.grad_base.max(initial=0)), int(pb.grad_peak.max(initial=0))):
+    if budget is not None and budget < pb.floor():
         raise InfeasibleBudget("milp", budget, None)
     prog = _assemble(pb, budget)
     x0 = point(pb, prog, *start) if start is not None else None
@@ -495,28 +676,57 @@ def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: floa
 
 
 def stage_memory(pb: Problem, R: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """(T, n + 1) bytes alive at each event of each stage for the schedule (R, S), every value freed
-    right after its last use in the stage unless kept into the next (the program's U + G, with
-    every FREE taken)."""
+    """(T, n + 1) bytes of the schedule (R, S) (S: (T, 2n), S then S') as the program prices them:
+    column k < n the peak of stage t's k-th event (U + R·X + H), every value freed right after its
+    last use in the stage unless kept into the next or read by the stage's backward ops; column n
+    the peak of its backward events (0 in forward stages)."""
     n, T = pb.n, 2 * pb.n
+    kept, stays = _stays(pb, S)
+    last = _last_use(pb, R)
+    last = np.where(stays | (S[:, :n] & (last < 0)), n - 1, last)  # kept in and unused: no FREE applies
+    first = np.where(S[:, :n], 0, np.where(R, np.arange(n)[None, :], n))
+    t, i = np.nonzero(first <= last)
+    delta = _saved_delta(pb, R, S)
+    np.add.at(delta, (t, first[t, i]), pb.mem[i])
+    np.add.at(delta, (t, last[t, i] + 1), -pb.mem[i])
+    out = np.zeros((T, n + 1), dtype=np.int64)
+    out[:, :n] = np.cumsum(delta, axis=1)[:, :n] + R * pb.transient[None, :] + pb.base[:, None]
+    np.maximum.at(out[:, n], n + pb.bwd_stage, pb.backward_peaks(kept))
+    return out
+
+
+def _saved_delta(pb: Problem, R: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """(T, n + 1) changes of the saved parts' bytes at each event: S'[t] from the start, M'_k from its
+    computation, gone after it unless the stage's backward ops read it or it is kept into the next."""
+    n, T = pb.n, 2 * pb.n
+    kept_in = S[:, n:]
+    kept_on = np.vstack([kept_in[1:], np.zeros((1, n), dtype=bool)])
+    delta = np.zeros((T, n + 1), dtype=np.int64)
+    delta[:, 0] = kept_in @ pb.saved
+    delta[:, :n] += R * pb.saved[None, :]
+    read_here = np.vstack([np.zeros((n, n), dtype=bool), pb.needs_saved])
+    leaves = ~read_here * (R.astype(np.int64) + kept_in - kept_on)
+    delta[:, 1:] -= leaves * pb.saved[None, :]
+    return delta
+
+
+def _stays(pb: Problem, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T, 2n) what each stage keeps into the next (S and S', the outputs too), and (T, n) the forward
+    parts kept or read by its backward ops."""
+    n = pb.n
+    kept = np.vstack([S[1:], np.zeros((1, 2 * n), dtype=bool)])
+    kept[:, :n] |= pb.pinned[None, :]
+    stays = kept[:, :n].copy()
+    stays[n:] |= pb.needs
+    return kept, stays
+
+
+def _last_use(pb: Problem, R: np.ndarray) -> np.ndarray:
+    """(T, n) the last event of each stage that computes the value or a reader of it; -1: none."""
     eu, ev = pb.edges()
-    users = np.eye(n, dtype=bool)
-    users[eu, ev] = True
-    needs = np.vstack([np.zeros((n, n), dtype=bool), pb.needs])
-    kept = np.vstack([S[1:], np.zeros((1, n), dtype=bool)]) | pb.pinned[None, :]
-    grads = np.zeros((T, n + 1), dtype=np.int64)
-    grads[n:, :n] = pb.grad_base[:, None]
-    grads[n:, n] = pb.grad_peak
-    events = np.arange(n + 1)
-    out = np.empty((T, n + 1), dtype=np.int64)
-    for t in range(T):
-        used = users & R[t][None, :]
-        last = np.where(used.any(1), n - 1 - np.argmax(used[:, ::-1], axis=1), -1)
-        last = np.where(kept[t], n + 1, np.where(needs[t], n, last))
-        first = np.where(S[t], 0, np.where(R[t], np.arange(n), n + 2))
-        alive = (first[:, None] <= events[None, :]) & (events[None, :] <= last[:, None])
-        out[t] = pb.mem @ alive
-    return out + grads
+    last = np.where(R, np.arange(pb.n)[None, :], -1)
+    np.maximum.at(last.T, eu, np.where(R[:, ev], ev[None, :], -1).T)
+    return last
 
 
 def point(pb: Problem, prog: _Program, R: np.ndarray, S: np.ndarray) -> np.ndarray | None:
@@ -525,60 +735,65 @@ def point(pb: Problem, prog: _Program, R: np.ndarray, S: np.ndarray) -> np.ndarr
     schedule's peak; ``None`` where that point breaks a bound or a constraint of ``prog``."""
     n = pb.n
     pi, pk = prog.pairs
-    eu, ev = pb.edges()
-    users = np.eye(n, dtype=bool)
-    users[eu, ev] = True
-    stays = np.vstack([S[1:], np.zeros((1, n), dtype=bool)]) | pb.pinned[None, :]
-    stays[n:] |= pb.needs
-    used = users[None, :, :] & R[:, None, :]  # [t, i, j]: stage t computes j, a reader of i (or i)
-    last = np.where(used.any(2), n - 1 - np.argmax(used[:, :, ::-1], axis=2), -1)
+    kept, stays = _stays(pb, S)
+    last = _last_use(pb, R)
     free = (~stays & (last >= 0))[:, pi] & (last[:, pi] == pk[None, :])
-    m = pb.mem / prog.scale
-    delta = np.zeros((R.shape[0], n + 1))
-    delta[:, :n] = R * m
-    delta[:, 0] += S @ m
-    np.add.at(delta.T, pk + 1, -(free * m[pi]).T)
+    delta = _saved_delta(pb, R, S)
+    delta[:, :n] += R * pb.mem[None, :]
+    delta[:, 0] += S[:, :n] @ pb.mem
+    np.add.at(delta.T, pk + 1, -(free * pb.mem[pi]).T)
     x = np.zeros(prog.c.size)
-    x[prog.r], x[prog.s], x[prog.f], x[prog.u] = R, S, free, np.cumsum(delta, axis=1)
+    x[prog.r], x[prog.s], x[prog.f], x[prog.u] = R, S, free, np.cumsum(delta, axis=1)[:, :n] / prog.scale
     if prog.c.size > prog.u.max() + 1:  # no budget: the peak variable
-        g_base = np.concatenate([np.zeros(n), pb.grad_base]) / prog.scale
-        g_peak = np.concatenate([np.zeros(n), pb.grad_peak]) / prog.scale
-        x[-1] = max((x[prog.u[:, :n]] + g_base[:, None]).max(), (x[prog.u[:, n]] + g_peak).max())
+        events = x[prog.u] + (R * pb.transient[None, :] + pb.base[:, None]) / prog.scale
+        x[-1] = max(events.max(), pb.backward_peaks(kept).max(initial=0) / prog.scale)
     ax = prog.constraint.A @ x
     tol = 1e-9
     ok = ((x >= prog.bounds.lb - tol) & (x <= prog.bounds.ub + tol)).all()
     return x if ok and ((ax >= prog.constraint.lb - tol) & (ax <= prog.constraint.ub + tol)).all() else None
 
 
+def keep(pb: Problem, R: np.ndarray) -> np.ndarray:
+    """The least (S, S') for R, (T, 2n): each part of a value kept exactly while a later stage reads it
+    (a computation or the backward ops) before computing it again; the outputs from their stage on.
+    The schedule that runs depends on R alone, and this is how the simulator keeps its values."""
+    n, T = pb.n, 2 * pb.n
+    eu, ev = pb.edges()
+    readers = np.zeros((n, n))
+    readers[ev, eu] = 1  # [v, u]: computing v reads u
+    reads = np.hstack([(R @ readers) > 0, np.zeros((T, n), dtype=bool)])
+    reads[n:, :n] |= pb.needs
+    reads[n:, n:] |= pb.needs_saved
+    computed = np.hstack([R, R])
+    pinned = np.concatenate([pb.pinned, np.zeros(n, dtype=bool)])
+    S = np.zeros((T, 2 * n), dtype=bool)
+    nxt = np.zeros(2 * n, dtype=bool)
+    before = np.tile(np.arange(n), 2)
+    for t in range(T - 1, 0, -1):  # present at t: read at t from an older copy, or later before any recompute
+        S[t] = (~computed[t] & (reads[t] | nxt)) | (pinned & (before < t))
+        nxt = S[t]
+    return S
+
+
 def on_demand(pb: Problem, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(R, S) of the schedule that keeps ``kept`` (coarse nodes) from the forward pass and, in each
     backward stage, computes what its backward ops read and is not there (and the missing inputs of
-    that), keeping every value exactly while a later stage reads it. With ``kept`` a canonical
-    strategy's cache (∪ ∂(L_i) and the last block), it recomputes no more than the strategy does."""
+    that), keeping every value exactly while a later stage reads it (:func:`keep`). With ``kept`` a
+    canonical strategy's cache (∪ ∂(L_i) and the last block), it recomputes no more than the strategy
+    does."""
     n, T = pb.n, 2 * pb.n
-    eu, ev = pb.edges()
     R = np.zeros((T, n), dtype=bool)
     R[np.arange(n), np.arange(n)] = True
     there = kept | pb.pinned
     for t in range(n, T):
-        want = pb.needs[t - n] & ~there
+        want = (pb.needs[t - n] | pb.needs_saved[t - n]) & ~there
         for v in range(n - 1, -1, -1):  # inputs have smaller indices: one sweep closes the set
             if want[v]:
                 ps = list(pb.preds[v])
                 want[ps] |= ~there[ps]
         R[t] = want
         there = there | want
-    readers = np.zeros((n, n))
-    readers[ev, eu] = 1  # [v, u]: computing v reads u
-    reads = (R @ readers) > 0
-    reads[n:] |= pb.needs
-    S = np.zeros((T, n), dtype=bool)
-    nxt = np.zeros(n, dtype=bool)
-    before = np.arange(n)
-    for t in range(T - 1, 0, -1):  # present at t: read at t from an older copy, or later before any recompute
-        S[t] = (~R[t] & (reads[t] | nxt)) | (pb.pinned & (before < t))
-        nxt = S[t]
-    return R, S
+    return R, keep(pb, R)
 
 
 def _kept(pb: Problem, plan: Plan) -> tuple[list[np.ndarray], int]:
@@ -649,7 +864,7 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
     if budget is None:  # the least peak, then (if HiGHS finds one in time) the least overhead at it
         solves.append(_solve(pb, None, time_limit, mip_rel_gap, start=start(None)))
         info["peak_bound"] = int(solves[0].bound)
-        model_budget = int(stage_memory(pb, solves[0].R, solves[0].S).max())
+        model_budget = int(stage_memory(pb, solves[0].R, keep(pb, solves[0].R)).max())
         known.append(_Candidate.price(g, pb, solves[0], model_budget, total))  # the start at that peak
     elif best is not None and best.model_peak > budget:  # the program overprices the warm start: let it in
         model_budget = best.model_peak
@@ -664,7 +879,7 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
                 sol = solves[0]
             elif g.program is not None and attempt == 0:  # the model overprices: try its least peak
                 sol = _solve(pb, None, time_limit, mip_rel_gap, start=start(None))
-                model_budget = int(stage_memory(pb, sol.R, sol.S).max())
+                model_budget = int(stage_memory(pb, sol.R, keep(pb, sol.R)).max())
             else:
                 raise
         if not any(x is sol for x in solves):
@@ -701,7 +916,7 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
         milp_budget=best.model_budget, variables=solves[-1].variables if solves else 0,
         rows=solves[-1].rows if solves else 0, R=sol.R, S=sol.S, model="milp",
     )
-    cached = frozenset(v for c in np.flatnonzero(sol.S[pb.n]) for v in pb.groups[c])
+    cached = frozenset(v for c in np.flatnonzero(sol.S[pb.n, :pb.n] | sol.S[pb.n, pb.n:]) for v in pb.groups[c])
     return Plan(method="milp", strategy=None, lower_sets=[g.nodes], cached=cached, overhead=best.overhead,
                 peak=best.peak, budget=budget, info=info, memory_model="milp" if g.program is None else "simulator",
                 schedule=best.schedule)
@@ -752,6 +967,8 @@ class _Candidate:
 
     @classmethod
     def price(cls, g: Graph, pb: Problem, sol: Solution, model_budget: int | None, total: int) -> "_Candidate":
+        """Its schedule priced by the program at the least S that runs it (:func:`keep`) and simulated."""
+        sol = replace(sol, S=keep(pb, sol.R))
         model_peak = int(stage_memory(pb, sol.R, sol.S).max())
         sched = _schedule(g, pb, sol.R) if g.program is not None else None
         peak = simulate(g.program, sched).peak if sched is not None else model_peak
