@@ -374,22 +374,25 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
                                backward_start=0))
     before = sim.live - np.array([_bytes(x) for x in ordered], dtype=np.int64)
     between = np.zeros(n, dtype=np.int64)
+    grads: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
+    alive: list[np.ndarray] = [np.zeros((0, 2 * n), dtype=np.int64)] * n
     nxt = int(sim.live[-1]) if len(ordered) else 0
-    events: list[tuple[int, int, np.ndarray]] = []
     for s in range(n - 1, -1, -1):
         idx = np.flatnonzero(stages == s)
         between[s] = before[idx[0]] if len(idx) else nxt
         nxt = between[s]
-        events += _backward_events(s, [reads[j] for j in idx], sim.live[idx] if len(idx) else np.array([between[s]]),
-                                   size, key, 2 * n)
+        if len(idx):
+            grads[s], alive[s] = _backward_events([reads[j] for j in idx], sim.live[idx], size, key, 2 * n)
+        else:  # a stage without backward ops: one event, what it keeps
+            grads[s], alive[s] = np.array([between[s]]), np.zeros((1, 2 * n), dtype=np.int64)
     statistics = np.concatenate([[0], np.cumsum(held)[:-1]])  # of the nodes before forward stage t
-    alive = np.array([e[2] for e in events], dtype=np.int64).reshape(-1, 2 * n)
     stage_ops = tuple(tuple(x.name for x in ordered if stage_of[x.name] == s) for s in range(n))
+    bwd_alive = np.vstack(alive)
     return Problem(mem=mem, saved=mem_saved, transient=transient, needs=needs, needs_saved=needs_saved,
                    base=np.concatenate([statistics, between]) + prologue,
-                   bwd_stage=np.array([e[0] for e in events], dtype=np.int64),
-                   bwd_base=np.array([e[1] for e in events], dtype=np.int64) + alive.sum(1) + prologue,
-                   bwd_alive=alive, fixed=fixed, stage_ops=stage_ops, **common)
+                   bwd_stage=np.repeat(np.arange(n), [len(x) for x in grads]),
+                   bwd_base=np.concatenate(grads) + bwd_alive.sum(1) + prologue,
+                   bwd_alive=bwd_alive, fixed=fixed, stage_ops=stage_ops, **common)
 
 
 def _group_peak(p: "Program", st: _Storages, grp: tuple[int, ...], stays: np.ndarray) -> int:
@@ -413,11 +416,12 @@ def _group_peak(p: "Program", st: _Storages, grp: tuple[int, ...], stays: np.nda
     return peak
 
 
-def _backward_events(s: int, reads: list[set[int]], grads: np.ndarray, size: np.ndarray, key: np.ndarray,
-                     width: int) -> list[tuple[int, int, np.ndarray]]:  # fmt: skip
-    """The events of backward stage s, one per distinct set of forward storages still to be read
-    (the larger backward bytes where two ops share it): (s, backward bytes, A_{e,·}, storages summed
-    by ``key`` into ``width`` columns)."""
+def _backward_events(reads: list[set[int]], grads: np.ndarray, size: np.ndarray, key: np.ndarray,
+                     width: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The events of one backward stage whose ops read ``reads`` (storages) at backward bytes
+    ``grads``: one per distinct set of storages still to be read (the larger backward bytes where
+    two ops share it), as (backward bytes, A: the bytes still to be read, summed by ``key`` into
+    ``width`` columns)."""
     last = {x: j for j, r in enumerate(reads) for x in r}
     read = np.fromiter(last, dtype=np.int64, count=len(last))
     ends = np.fromiter(last.values(), dtype=np.int64, count=len(last))
@@ -427,7 +431,7 @@ def _backward_events(s: int, reads: list[set[int]], grads: np.ndarray, size: np.
     rows, inverse = np.unique(alive, axis=0, return_inverse=True)
     top = np.full(len(rows), np.iinfo(np.int64).min)
     np.maximum.at(top, inverse.ravel(), grads)
-    return [(s, int(b), a) for b, a in zip(top, rows)]
+    return top, rows
 
 
 # --- the program -----------------------------------------------------------------------------------
