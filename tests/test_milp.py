@@ -47,7 +47,7 @@ def _stage_peak(pb: Problem, t: int, R: set[int], kept: set[int], kept_next: set
     for k in range(n):
         if k in R:
             alive.add(k)
-            peak = max(peak, sum(int(pb.mem[x]) for x in alive) + int(pb.transient[k]) + int(pb.base[t]))
+            peak = max(peak, sum(int(pb.mem[x]) for x in alive) + int(pb.base[t]))  # from edges: X = 0
         alive = {x for x in alive if used_after(x, k)}
     for e in np.flatnonzero(n + pb.bwd_stage == t):  # the backward ops: what they read, what stays
         later = kept_next | set(np.flatnonzero(pb.pinned))

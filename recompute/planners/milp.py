@@ -146,7 +146,11 @@ class Problem:
         mem: M_c in bytes: what of c outlives its computation and a forward op of another node reads
             (or a step output): kept by S.
         saved: M'_c in bytes: what of c outlives its computation and only backward ops read: kept by S'.
-        transient: X_c in bytes: what else is alive at the peak of computing c (its temporaries).
+        peak_node: (Q,) the node of each op peak (one or more per node: its ops that differ).
+        peak_extra: (Q,) X_q: bytes at the op besides U[t, c] (its node's storages alive there, minus
+            M_c + M'_c, which U counts).
+        peak_done: (Q, n) D_{q,i}: the bytes of the forward part of c's input i that no op of c from
+            this one on reads (gone where c is i's last use in the stage: FREE[t, i, c]).
         time: T_c in cost units.
         needs: (n, n) booleans; row s: the values whose forward part the backward ops of backward stage
             n + s read.
@@ -166,7 +170,9 @@ class Problem:
     preds: tuple[tuple[int, ...], ...]
     mem: np.ndarray
     saved: np.ndarray
-    transient: np.ndarray
+    peak_node: np.ndarray
+    peak_extra: np.ndarray
+    peak_done: np.ndarray
     time: np.ndarray
     needs: np.ndarray
     needs_saved: np.ndarray
@@ -255,7 +261,8 @@ def problem(g: Graph, max_nodes: int | None = None) -> Problem:
     during = ((born[None, :] <= s) & (s <= stage[None, :])) @ g.mem
     alive = needs * mem[None, :]  # one backward event per stage: it reads all it needs
     none = np.zeros(n, dtype=np.int64)
-    return Problem(mem=mem, saved=none, transient=none, needs=needs, needs_saved=np.zeros_like(needs),
+    return Problem(mem=mem, saved=none, peak_node=np.arange(n), peak_extra=none, peak_done=np.zeros((n, n), dtype=np.int64),
+                   needs=needs, needs_saved=np.zeros_like(needs),
                    base=np.concatenate([none, between]), bwd_stage=np.arange(n), bwd_base=during + alive.sum(1),
                    bwd_alive=np.hstack([alive, np.zeros_like(alive)]), fixed=fixed, **common)
 
@@ -359,7 +366,10 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
     mem_saved = np.bincount(group, weights=size * saved, minlength=n).astype(np.int64)
     held = np.bincount(group, weights=size * stats, minlength=n).astype(np.int64)
     stays = forward | saved | stats
-    transient = np.array([_group_peak(p, st, grp, stays) for grp in common["groups"]]) - mem - mem_saved
+    peaks = [_op_peaks(p, st, grp, stays, group, mem) for grp in common["groups"]]
+    peak_node = np.repeat(np.arange(n), [len(x[0]) for x in peaks])
+    peak_extra = np.concatenate([x[0] for x in peaks]) - mem[peak_node] - mem_saved[peak_node]
+    peak_done = np.vstack([x[1] for x in peaks])
     prologue = sum(_bytes(x) for x in p.prologue)
     needs = np.zeros((n, n), dtype=bool)
     needs_saved = np.zeros((n, n), dtype=bool)
@@ -388,32 +398,48 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
     statistics = np.concatenate([[0], np.cumsum(held)[:-1]])  # of the nodes before forward stage t
     stage_ops = tuple(tuple(x.name for x in ordered if stage_of[x.name] == s) for s in range(n))
     bwd_alive = np.vstack(alive)
-    return Problem(mem=mem, saved=mem_saved, transient=transient, needs=needs, needs_saved=needs_saved,
+    return Problem(mem=mem, saved=mem_saved, peak_node=peak_node, peak_extra=peak_extra, peak_done=peak_done,
+                   needs=needs, needs_saved=needs_saved,
                    base=np.concatenate([statistics, between]) + prologue,
                    bwd_stage=np.repeat(np.arange(n), [len(x) for x in grads]),
                    bwd_base=np.concatenate(grads) + bwd_alive.sum(1) + prologue,
                    bwd_alive=bwd_alive, fixed=fixed, stage_ops=stage_ops, **common)
 
 
-def _group_peak(p: "Program", st: _Storages, grp: tuple[int, ...], stays: np.ndarray) -> int:
-    """The most bytes of its own storages alive while a group is computed (its fx ops in order, a
-    storage freed after its last read inside the group unless it ``stays``)."""
+def _op_peaks(p: "Program", st: _Storages, grp: tuple[int, ...], stays: np.ndarray, group: np.ndarray,
+              mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The peaks of computing a group, its fx ops in order: (the bytes of its own storages alive at
+    each op, each freed after its last read inside the group unless it ``stays``; (·, n) the bytes
+    of the forward part ``mem`` of each input that no op from this one on reads), one per distinct
+    second row (the larger first)."""
     ops = [x for v in grp for x in p.members[v]]
     made = [st.of[x.name] if not is_alias(x) else () for x in ops]
-    mine = {s for m in made for s in m}
-    last = {s: q for q, m in enumerate(made) for s in m}
+    mine = {e for m in made for e in m}
+    last = {e: q for q, m in enumerate(made) for e in m}  # own storage → its last op in the group
+    ends: dict[int, int] = {}  # input storage → its last read in the group
     for q, x in enumerate(ops):
-        for s in st.read(x) & mine:
-            last[s] = q
-    for s in mine:
-        if stays[s]:
-            last[s] = len(ops)
-    live = peak = 0
+        for e in st.read(x):
+            (last if e in mine else ends)[e] = q
+    for e in mine:
+        if stays[e]:
+            last[e] = len(ops)
+    read_at = np.zeros((len(ops), len(mem)), dtype=np.int64)  # [q, i]: bytes of input i last read at q
+    for e, q in ends.items():
+        read_at[q, group[e]] += st.size[e]
+    still = np.cumsum(read_at[::-1], axis=0)[::-1]  # [q, i]: read at q or after
+    inputs = np.zeros(len(mem), dtype=bool)
+    inputs[[group[e] for e in ends]] = True
+    done = np.where(inputs[None, :], mem[None, :] - still, 0)
+    own = np.zeros(len(ops), dtype=np.int64)
+    live = 0
     for q, m in enumerate(made):
-        live += sum(st.size[s] for s in m)
-        peak = max(peak, live)
-        live -= sum(st.size[s] for s, end in last.items() if end == q)
-    return peak
+        live += sum(st.size[e] for e in m)
+        own[q] = live
+        live -= sum(st.size[e] for e, end in last.items() if end == q)
+    rows, inverse = np.unique(done, axis=0, return_inverse=True)
+    top = np.full(len(rows), np.iinfo(np.int64).min)
+    np.maximum.at(top, inverse.ravel(), own)
+    return top, rows
 
 
 def _backward_events(reads: list[set[int]], grads: np.ndarray, size: np.ndarray, key: np.ndarray,
@@ -570,23 +596,29 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     ee, cc = np.nonzero((coef > 0) & ~last[:, None])
     ok = hi[s_all[e_stage[ee] + 1, cc]] > 0
     ee, cc = ee[ok], cc[ok]
-    tr = np.flatnonzero(pb.transient > 0)
+    # op peaks: U[t, c] + R[t, c] X_q - Σ_i FREE[t, i, c] D_{q,i} (an input whose last use is c is gone
+    # once c has read it for the last time)
+    qn = pb.peak_node
+    qq, ii = np.nonzero(pb.peak_done)
+    pair = {(int(a), int(b)): j for j, (a, b) in enumerate(zip(pi, pk))}
+    fq = np.array([pair[(int(i), int(qn[q]))] for q, i in zip(qq, ii)], dtype=np.int64)
+    hi[u] = np.inf
     if budget is None:
         peak_var = nvars - 1
-        hi[u] = hi[peak_var] = np.inf
-        rows.add(-np.inf, -pb.base[:, None] / scale, (u, 1), (r, pb.transient[None, :] / scale),
-                 (np.full((T, n), peak_var), -1))
+        hi[peak_var] = np.inf
+        peaks = rows.add(-np.inf, -pb.base[:, None] / scale, (u[:, qn], 1), (r[:, qn], pb.peak_extra[None, :] / scale),
+                         (np.full((T, len(qn)), peak_var), -1))
         events = rows.add(-np.inf, -fixed_bytes, (np.full(len(e_stage), peak_var), -1))
         c = np.zeros(nvars)
         c[peak_var] = 1
         c[r] = _TIE * pb.time[None, :] / max(T * int(pb.time.sum()), 1)
     else:
-        cap = (budget - pb.base) / scale
-        hi[u] = cap[:, None]
-        rows.add(-np.inf, cap[:, None], (u[:, tr], 1), (r[:, tr], pb.transient[tr] / scale))
+        peaks = rows.add(-np.inf, (budget - pb.base[:, None]) / scale, (u[:, qn], 1),
+                         (r[:, qn], pb.peak_extra[None, :] / scale))
         events = rows.add(-np.inf, budget / scale - fixed_bytes)
         c = np.zeros(nvars)
         c[r] = pb.time[None, :]
+    rows.term(peaks[:, qq], f[:, fq], -pb.peak_done[qq, ii] / scale)
     rows.term(events[ee], s_all[e_stage[ee] + 1, cc], coef[ee, cc])
     lo[u] = 0
     integrality = np.zeros(nvars)
@@ -710,20 +742,29 @@ def _solve(pb: Problem, budget: int | None, time_limit: float, mip_rel_gap: floa
 
 def stage_memory(pb: Problem, R: np.ndarray, S: np.ndarray) -> np.ndarray:
     """(T, n + 1) bytes of the schedule (R, S) (S: (T, 2n), S then S') as the program prices them:
-    column k < n the peak of stage t's k-th event (U + R·X + H), every value freed right after its
-    last use in the stage unless kept into the next or read by the stage's backward ops; column n
-    the peak of its backward events (0 in forward stages)."""
+    column k < n stage t's k-th event, U + H (where it computes k, U + H + the largest X_q less the
+    inputs k frees after their last read), every value freed right after its last use in the stage
+    unless kept into the next or read by the stage's backward ops; column n the peak of its backward
+    events (0 in forward stages)."""
     n, T = pb.n, 2 * pb.n
     kept, stays = _stays(pb, S)
-    last = _last_use(pb, R)
-    last = np.where(stays | (S[:, :n] & (last < 0)), n - 1, last)  # kept in and unused: no FREE applies
+    used = _last_use(pb, R)
+    last = np.where(stays | (S[:, :n] & (used < 0)), n - 1, used)  # kept in and unused: no FREE applies
     first = np.where(S[:, :n], 0, np.where(R, np.arange(n)[None, :], n))
     t, i = np.nonzero(first <= last)
     delta = _saved_delta(pb, R, S)
     np.add.at(delta, (t, first[t, i]), pb.mem[i])
     np.add.at(delta, (t, last[t, i] + 1), -pb.mem[i])
+    # each op peak of a computed node: X_q, less the inputs it frees (FREE: c is their last use)
+    qn = pb.peak_node
+    qq, ii = np.nonzero(pb.peak_done)
+    gone = (~stays[:, ii] & (used[:, ii] == qn[qq][None, :])) * pb.peak_done[qq, ii][None, :]
+    at_op = np.broadcast_to(pb.peak_extra, (T, len(qn))).copy()
+    np.add.at(at_op.T, qq, -gone.T)
+    extra = np.full((T, n), np.iinfo(np.int64).min)
+    np.maximum.at(extra.T, qn, at_op.T)
     out = np.zeros((T, n + 1), dtype=np.int64)
-    out[:, :n] = np.cumsum(delta, axis=1)[:, :n] + R * pb.transient[None, :] + pb.base[:, None]
+    out[:, :n] = np.cumsum(delta, axis=1)[:, :n] + np.where(R, extra, 0) + pb.base[:, None]
     np.maximum.at(out[:, n], n + pb.bwd_stage, pb.backward_peaks(kept))
     return out
 
@@ -778,8 +819,7 @@ def point(pb: Problem, prog: _Program, R: np.ndarray, S: np.ndarray) -> np.ndarr
     x = np.zeros(prog.c.size)
     x[prog.r], x[prog.s], x[prog.f], x[prog.u] = R, S, free, np.cumsum(delta, axis=1)[:, :n] / prog.scale
     if prog.c.size > prog.u.max() + 1:  # no budget: the peak variable
-        events = x[prog.u] + (R * pb.transient[None, :] + pb.base[:, None]) / prog.scale
-        x[-1] = max(events.max(), pb.backward_peaks(kept).max(initial=0) / prog.scale)
+        x[-1] = stage_memory(pb, R, S).max() / prog.scale
     ax = prog.constraint.A @ x
     tol = 1e-9
     ok = ((x >= prog.bounds.lb - tol) & (x <= prog.bounds.ub + tol)).all()
