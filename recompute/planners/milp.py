@@ -25,7 +25,9 @@ stage t computes its k-th node (k < n). Constraints:
   U[t, k] = U[t, k-1] - Σ_i FREE[t, i, k-1] M_i + R[t, k] (M_k + M'_k)
   - M'_{k-1} (R[t, k-1] + S'[t, k-1] - S'[t+1, k-1]) [the last term unless k-1 ∈ N'_t]: a saved part
   leaves right after its node unless the stage's backward ops read it or it is kept;
-* peak of the k-th node: U[t, k] + R[t, k] X_k + H_t ≤ B;
+* peak of each op q of node c (one row per op that differs): U[t, c] + R[t, c] X_q
+  - Σ_i FREE[t, i, c] D_{q,i} + H_t ≤ B, an input whose last use in the stage is c being gone once
+  the ops of c have read it for the last time (where c is not computed: U[t, c] + H_t ≤ B);
 * peak of each backward event e of stage t (a backward op): H'_e + Σ_i S[t+1, i] (M_i - A_{e,i})
   + Σ_i S'[t+1, i] (M'_i - A'_{e,i}) ≤ B (in the last stage the outputs take the place of S[T]).
 
@@ -44,8 +46,9 @@ traced graph:
   backward op (its *saved part*, M'_c: BatchNorm's mean and inverse deviation, a max-pool's
   indices, a coarse node's inner activations), else BatchNorm's new statistics, else nothing
   outside the node (temporaries, outputs nobody reads: they die inside its computation);
-* X_c, the transient: the most bytes of c's own storages alive while its ops run, each freed after
-  its last read inside c (the first three kinds held to the end of c), minus M_c + M'_c;
+* X_q at op q of c: the bytes of c's own storages alive there, each freed after its last read
+  inside c (the first three kinds held to the end of c), minus M_c + M'_c (which U counts); D_{q,i}:
+  the bytes of the forward part of c's input i that no op of c from q on reads;
 * H_t: in forward stage t the BatchNorm statistics of the nodes before t (held to the end of the
   forward phase); in backward stage n + s the simulator's bytes of the backward values alone between
   stages (:mod:`recompute.simulate` on the backward ops in stage order, tangents from the start,
@@ -54,21 +57,21 @@ traced graph:
   simulation), the prologue's values and A_e + A'_e, the parts of the stage's storages read at e or
   later; the ops of a stage that leave the same storages to be read are one event (the largest).
 
-On a graph built from edges M_v and T_v are the graph's (M'_v = X_v = 0), the backward ops of v
+On a graph built from edges M_v and T_v are the graph's (M'_v = X = D = 0), the backward ops of v
 (one event) read δ⁻(v) ∪ {v}, and the gradient of v (M_v bytes) lives from the backward stage of its
 first differentiated successor (of the backward start for an output) to the end of v's.
 
 Where the program and the simulator can still differ. A schedule is priced at the least (S, S')
 that runs it (:func:`keep`; ``info["model_peak"]``); the program never under-prices it. It
-over-prices where (1) a node's forward part dies whole after the last of its forward readers
-(storages of a multi-output op or of a coarse node read by different successors), (2) a coarse
-node's inputs die after the whole node, not after their last read inside it, (3) a kept part is
-held whole although only some of its storages are read later, (4) the prologue's values are held
-all step and a recomputed copy of BatchNorm statistics to the end of its node. Measured with
-:func:`on_demand` schedules of random kept sets (``tests/test_milp.py``): on the graph itself the
-excess is at most 64 bytes (≤ 0.5%) on the test's small networks and 0 on ResNet-50 at the paper's
-batch (approxdp-TC's caches); coarsened to 40 nodes, 0–3% on ResNet-50 and up to 39% on random
-10-node DAGs coarsened to 4 nodes. The plan's ``peak`` is the simulator's exact peak of the
+over-prices where (1) a node's forward part dies whole after the last of its forward readers in
+the stage (storages of a multi-output op or of a coarse node read by different successors), (2) a
+kept part is held whole although only some of its storages are read later, (3) the prologue's
+values are held all step and a recomputed copy of BatchNorm statistics to the end of its node.
+Measured with :func:`on_demand` schedules (``tests/test_milp.py``; approxdp-TC's caches at three
+budgets on the networks at the paper's batch): on the graph itself the excess is at most 64 bytes
+(≤ 0.5%) on the test's small networks and 0 on ResNet-50 and DenseNet-161; coarsened to 40 nodes,
+0 on ResNet-50, ≤ 0.1% on DenseNet-161, and up to 39% on random 10-node DAGs of the tests coarsened
+to 4 nodes (random kept sets). The plan's ``peak`` is the simulator's exact peak of the
 schedule that runs. Where the plan's simulated peak misses the budget the program's budget is moved
 by the excess (or slack) and the program solved again, up to ``retries`` times (bisecting once a
 budget that fits and one that does not are known); the plan is the least overhead that fits
