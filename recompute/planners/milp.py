@@ -69,9 +69,9 @@ kept part is held whole although only some of its storages are read later, (3) t
 values are held all step and a recomputed copy of BatchNorm statistics to the end of its node.
 Measured with :func:`on_demand` schedules (``tests/test_milp.py``; approxdp-TC's caches at three
 budgets on the networks at the paper's batch): on the graph itself the excess is at most 64 bytes
-(≤ 0.5%) on the test's small networks and 0 on ResNet-50 and DenseNet-161; coarsened to 40 nodes,
-0 on ResNet-50, ≤ 0.1% on DenseNet-161, and up to 39% on random 10-node DAGs of the tests coarsened
-to 4 nodes (random kept sets). The plan's ``peak`` is the simulator's exact peak of the
+(≤ 0.5%) on the test's small networks and under 0.05% on ResNet-50 and DenseNet-161; coarsened to
+40 nodes, under 0.05% on ResNet-50, ≤ 0.1% on DenseNet-161, and up to 39% on random 10-node DAGs of
+the tests coarsened to 4 nodes (random kept sets). The plan's ``peak`` is the simulator's exact peak of the
 schedule that runs. Where the plan's simulated peak misses the budget the program's budget is moved
 by the excess (or slack) and the program solved again, up to ``retries`` times (bisecting once a
 budget that fits and one that does not are known); the plan is the least overhead that fits
