@@ -267,7 +267,8 @@ def test_program_peak_is_the_simulated_peak(name: str) -> None:
             model_peak = int(stage_memory(pb, R, S).max())
             peak = simulate(g.program, _schedule(g, pb, R)).peak
             assert peak <= model_peak
-            assert i >= 2 or point(pb, _assemble(pb, model_peak), R, S) is not None
+            if i < 2:  # (assembling the program is the slow part)
+                assert point(pb, _assemble(pb, model_peak), R, S) is not None
             if tolerance is not None:
                 assert model_peak <= peak * (1 + tolerance)
 
