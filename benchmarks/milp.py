@@ -81,20 +81,15 @@ def run(names: list[str], budgets: int, milp_options: dict, slow: tuple[str, ...
         low = min(smallest[k].peak for k in SMALLEST if smallest[k] is not None)
         least_dp = [smallest[k] for k in WARM if smallest[k] is not None]
         found = [p for p in [_try(graph, "milp", warm_start=least_dp, **milp_options)] if p is not None]
+        # a planner's cell when it is not solved at the budgets: why
+        skipped = {(m, s): "n/a" if not _applies(name, m) else "not run" if m == "exactdp" and name in slow else None
+                   for m, s in PLANNERS}
         for i in range(budgets):
             budget = low + (vanilla - low) * i // budgets
-            plans = {(method, strategy): None if not _applies(name, method) or (method == "exactdp" and name in slow)
-                     else _try(graph, method, strategy=strategy, budget=budget) for method, strategy in PLANNERS}
+            plans = {k: None if skipped[k] else _try(graph, k[0], strategy=k[1], budget=budget) for k in PLANNERS}
             warm = [plans[k] for k in WARM if plans[k] is not None]
             m = _try(graph, "milp", budget=budget, warm_start=warm, **milp_options)
-            cells = []
-            for method, strategy in PLANNERS:
-                if not _applies(name, method):
-                    cells.append("n/a")
-                elif method == "exactdp" and name in slow:
-                    cells.append("not run")
-                else:
-                    cells.append(_cell(plans[method, strategy], m, total))
+            cells = [skipped[k] or _cell(plans[k], m, total) for k in PLANNERS]
             if m is None:
                 cells += ["no solution", "", "", "", ""]
             else:

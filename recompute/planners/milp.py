@@ -399,7 +399,7 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
         else:  # a stage without backward ops: one event, what it keeps
             grads[s], alive[s] = np.array([between[s]]), np.zeros((1, 2 * n), dtype=np.int64)
     statistics = np.concatenate([[0], np.cumsum(held)[:-1]])  # of the nodes before forward stage t
-    stage_ops = tuple(tuple(x.name for x in ordered if stage_of[x.name] == s) for s in range(n))
+    stage_ops = tuple(tuple(ordered[j].name for j in np.flatnonzero(stages == s)) for s in range(n))
     bwd_alive = np.vstack(alive)
     return Problem(mem=mem, saved=mem_saved, peak_node=peak_node, peak_extra=peak_extra, peak_done=peak_done,
                    needs=needs, needs_saved=needs_saved,
