@@ -195,7 +195,7 @@ class BlockCosts:
         writes = {st_of[(k[0], k[1])] for name in joint.buffer_writes for k in [_storage_key(joint.node(name), st_of)]
                   if k is not None}
         outs: set[int] = set()
-        for node in [*joint.user_outputs, *(joint.node(name) for name in joint.param_grads)]:
+        for node in [*joint.user_outputs, *(joint.node(name) for name in joint.gradients)]:
             outs.update(roots(node) or ())
         size = np.asarray(sizes, np.int64)
         st_out = np.zeros(len(sizes), bool)  # BatchNorm statistics too: the schedule holds them to the end

@@ -3,6 +3,7 @@ statistics) after one step from the same generator state, compared bitwise and w
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -10,16 +11,21 @@ import torch
 
 from .measure import default_loss
 
-__all__ = ["Exactness", "train_step", "compare"]
+__all__ = ["Exactness", "train_step", "compare", "float64_distance"]
 
 
 def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int,
                loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
-    """Loss, parameter gradients and buffers (BatchNorm statistics) after one step from ``seed``.
+    """Loss, parameter gradients, the gradients of the inputs that require grad (``grad:input<i>``) and
+    buffers (BatchNorm statistics) after one step from ``seed``.
 
     The gradients are the model's own tensors, not copies: a further step must start from
-    ``model.zero_grad(set_to_none=True)``, or it accumulates into them.
+    ``model.zero_grad(set_to_none=True)``, or it accumulates into them. Inputs' gradients start from
+    None here.
     """
+    for x in inputs:
+        if x.requires_grad and x.is_leaf:
+            x.grad = None
     torch.manual_seed(seed)
     loss = loss_fn(forward(*inputs))
     loss.backward()
@@ -27,6 +33,7 @@ def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tupl
         "loss": loss.detach(),
         "rng": torch.get_rng_state(),
         **{f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None},
+        **{f"grad:input{i}": x.grad for i, x in enumerate(inputs) if x.requires_grad and x.grad is not None},
         **{f"buffer:{n}": b.clone() for n, b in model.named_buffers()},
     }
 
@@ -101,3 +108,42 @@ def compare(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, 
             if a is None or b is None or a.shape != b.shape or key == "rng" or not _close(b, a):
                 result.differs.append(key)
     return result
+
+
+def _distance(got: dict[str, Any], ref: dict[str, Any]) -> float:
+    """The largest relative distance of any entry (loss, gradient, floating buffer) from ``ref``'s."""
+    worst = 0.0
+    for key, r in ref.items():
+        if key == "rng" or not r.is_floating_point():
+            continue
+        a, r = got[key].double(), r.double()
+        worst = max(worst, float((a - r).norm() / r.norm().clamp_min(1e-30)))
+    return worst
+
+
+def float64_distance(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, *, seed: int = 0,
+                     loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> tuple[float, float]:
+    """How far a step of ``forward`` and a plain float32 step of ``model`` land from the float64 step
+    (each: the largest relative distance of the loss, a gradient or a buffer): the yardstick where a
+    plan runs other kernels than eager (a decomposed LSTM), so bitwise equality cannot hold.
+
+    ``model`` and ``inputs`` are float32; the float64 step runs on a copy. The model is left as it was.
+    """
+    twin = copy.deepcopy(model).double()
+    wide = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+    devices = sorted({x.device.index or 0 for x in inputs if x.device.type == "cuda"})
+    start = {n: b.clone() for n, b in model.named_buffers()}
+    steps = []
+    with torch.random.fork_rng(devices=devices):
+        for m, f, xs in ((twin, twin, wide), (model, model, inputs), (model, forward, inputs)):
+            m.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for n, b in m.named_buffers():
+                    b.copy_(start[n])
+            steps.append({k: v.detach().clone() for k, v in train_step(m, f, xs, seed, loss_fn).items()})
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(start[n])
+    ref, eager, ours = steps
+    return _distance(ours, ref), _distance(eager, ref)

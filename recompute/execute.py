@@ -2,7 +2,8 @@
 
 The schedule is split at ``backward_start`` into a forward graph (parameters, buffers, inputs →
 outputs, new buffer values, and the values the backward phase reads) and a backward graph (those
-values and the outputs' gradients → parameter and input gradients, recomputations included). Both
+values and the outputs' gradients → parameter gradients and the gradients of the inputs that
+require grad, recomputations included). Both
 run inside one ``torch.autograd.Function``, so ``loss.backward()`` drives the backward graph and the
 caller's autograd graph stays intact around it. fx's generated code drops every value after its last
 use, and the backward graph takes its inputs boxed (a list it clears), so memory follows the schedule:
@@ -125,8 +126,8 @@ class _Graphs:
                 kept = [benv[r] for r in s.release[i] if r in benv]
                 if kept:
                     bwd.call_function(_keep, tuple(kept))
-        self.grad_targets = list(joint.param_grads.values())
-        bwd.output(tuple(benv[(g, 0)] for g in joint.param_grads))
+        self.grad_targets = [*joint.param_grads.values(), *joint.input_grads.values()]
+        bwd.output(tuple(benv[(g, 0)] for g in joint.gradients))
         bwd.set_codegen(_BoxedCodeGen())
         root = torch.nn.Module()
         self.fwd = fx.GraphModule(root, fwd, "recompute_forward")
@@ -165,11 +166,13 @@ class _Run(torch.autograd.Function):
         ex: Executor = ctx.ex
         args, ctx.saved = [*ctx.saved, *grads], None
         outer = _rng_state(ctx.device) if ex.replays_rng else None
-        param_grads = ex.graphs.bwd(args)
+        grads = ex.graphs.bwd(args)
         if outer is not None:
             _set_rng_state(outer, ctx.device)
-        by_fqn = dict(zip(ex.graphs.grad_targets, param_grads))
-        return (None, None, *(None for _ in ex.program.user_inputs), *(by_fqn.get(f) for f in ex.param_order))
+        # parameters by FQN, inputs by placeholder name: an input traced without grad gets None
+        by_target = dict(zip(ex.graphs.grad_targets, grads))
+        return (None, None, *(by_target.get(x) for x in ex.program.user_inputs),
+                *(by_target.get(f) for f in ex.param_order))
 
 
 class Executor:

@@ -31,10 +31,11 @@ import torch.fx as fx
 from torch._functorch.aot_autograd import aot_export_module
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
-__all__ = ["JointProgram", "trace_step"]
+__all__ = ["JointProgram", "StepError", "trace_step"]
 
 
 @dataclass(eq=False)
@@ -49,6 +50,8 @@ class JointProgram:
         user_outputs: fx nodes the step returns (the model's outputs, or the loss).
         buffer_writes: fx node name → buffer FQN it must be written to (BatchNorm statistics).
         param_grads: fx node name → FQN of the parameter whose gradient it is.
+        input_grads: fx node name → placeholder name of the user input whose gradient it is (the
+            inputs that required grad when traced).
         forward, backward: the call_function nodes of each half, in graph order.
         owner: backward node name → name of the forward op whose ``grad_fn`` ran it (absent where
             the engine ran it outside any ``grad_fn``).
@@ -68,9 +71,15 @@ class JointProgram:
     owner: dict[str, str]
     out_spec: Any = None
     module: torch.nn.Module | None = field(default=None, repr=False)
+    input_grads: dict[str, str] = field(default_factory=dict)
 
     def node(self, name: str) -> fx.Node:
         return self._by_name[name]
+
+    @property
+    def gradients(self) -> list[str]:
+        """Every gradient the step returns (parameters', then inputs'): held to the step's end."""
+        return [*self.param_grads, *self.input_grads]
 
     def __post_init__(self) -> None:
         self._by_name = {n.name: n for n in self.gm.graph.nodes}
@@ -105,17 +114,33 @@ class _Step(torch.nn.Module):
         # ((sequence number, name) of a grad_fn, the last traced node before it runs): no reference to
         # the grad_fn itself, whose hook would then hold it in a cycle through C++ that gc never frees
         self.marks: list[tuple[tuple[int, str], str]] = []
+        self.hooks: list[Any] = []
 
     def forward(self, *args: torch.Tensor) -> tuple:
+        self._distinct_gradients([*self.model.parameters(), *args[: self.n_inputs]])
         out = self.model(*args[: self.n_inputs])
         if self.loss_fn is not None:
             out = self.loss_fn(out)
         flat, self.out_spec = tree_flatten(out)
-        if not all(isinstance(t, torch.Tensor) and t.requires_grad for t in flat):
-            raise TypeError("every output of the traced step must be a tensor that requires grad")
         self._mark(flat)
         seed = _Seed.apply(len(flat), *flat, *args[self.n_inputs:])
         return (seed, *(t.detach() for t in flat))
+
+    def _distinct_gradients(self, leaves: Sequence[torch.Tensor]) -> None:
+        """Give each leaf's gradient a node of its own: where two leaves get the very same tensor
+        (an LSTM's two biases, ``a + b``), AOTAutograd's signature would map two gradients to one
+        graph output and fail; a view of the shared tensor is what accumulation in eager keeps too."""
+        seen: list[torch.Tensor] = []  # held, so that no identity is reused while tracing
+
+        def distinct(grad: torch.Tensor) -> torch.Tensor | None:
+            # functionalization wraps the one traced tensor in a new wrapper per use
+            inner = torch._from_functional_tensor(grad.elem) if isinstance(grad, FunctionalTensor) else grad
+            if any(inner is g for g in seen):
+                return grad.view_as(grad)
+            seen.append(inner)
+            return None
+
+        self.hooks = [t.register_hook(distinct) for t in leaves if t.requires_grad]
 
     def _mark(self, outs: Sequence[torch.Tensor]) -> None:
         """Pre-hook every ``grad_fn`` to record the last traced node before it runs."""
@@ -163,10 +188,17 @@ def trace_step(
 ) -> JointProgram:
     """Export the training step of ``model`` at ``inputs`` as a :class:`JointProgram`."""
     step = _Step(model, len(inputs), loss_fn)
+    # an input that requires grad gets its gradient in the joint graph; detached, since a non-leaf
+    # input's history belongs to the caller's graph, not to the step
+    inputs = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
     with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_upsampling():
         tangents, unused = _probe(model, inputs, loss_fn)
         with _frozen(unused), _saved_in_python():
-            gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
+            try:
+                gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
+            finally:
+                for hook in step.hooks:
+                    hook.remove()
     by_name = {n.name: n for n in gm.graph.nodes}
     seed = by_name[sig.user_outputs[0]]
     user_outputs, detached = [], set()
@@ -189,6 +221,7 @@ def trace_step(
         user_outputs=user_outputs,
         buffer_writes=_unwrap(sig.buffers_to_mutate),
         param_grads=_unwrap(sig.backward_signature.gradients_to_parameters),
+        input_grads=dict(sig.backward_signature.gradients_to_user_inputs),
         forward=forward,
         backward=backward,
         owner=_owners(step.marks, forward, nodes),
@@ -260,6 +293,36 @@ def _eager_upsampling() -> Iterator[None]:
             op._dispatch_cache.clear()
 
 
+class StepError(ValueError):
+    """The step cannot be planned for a reason of the model's, not of tracing (the message says what)."""
+
+
+def _check_outputs(model: torch.nn.Module, out: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The step's output tensors; a clear :class:`StepError` where one is something autograd cannot
+    seed (an int, None, a tensor with no gradient) or where nothing requires grad at all."""
+    name = type(model).__name__
+    if not any(p.requires_grad for p in model.parameters()) and not any(x.requires_grad for x in inputs):
+        raise StepError(f"nothing in the step of {name} requires grad (no trainable parameter, no input with "
+                        "requires_grad), so there is no backward pass to plan. What to do: train a model with "
+                        "parameters, or pass inputs with requires_grad=True.")
+    leaves, _ = tree_flatten_with_path(out)
+    if not leaves:
+        raise StepError(f"{name}.forward returned {out!r}: no tensor to train on. What to do: return the "
+                        "output tensor(s) the loss is computed from.")
+    for path, leaf in leaves:
+        where = f"output{keystr(path)}"
+        if not isinstance(leaf, torch.Tensor):
+            what = "None" if leaf is None else f"{type(leaf).__name__} {leaf!r}"
+            raise StepError(f"{name}.forward returned {what} as {where}: a planned step "
+                            "returns tensors only. What to do: return the tensors alone and compute other values "
+                            "outside the optimized module (or optimize the sub-module that returns tensors).")
+        if not leaf.requires_grad:
+            raise StepError(f"{where} of {name} does not require grad (an argmax, a detached or an integer "
+                            "tensor): a planned step differentiates every output. What to do: compute it "
+                            "outside the optimized module, from the output that requires grad.")
+    return [leaf for _, leaf in leaves]
+
+
 def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
            loss_fn: Callable[[Any], torch.Tensor] | None) -> tuple[list[torch.Tensor], list[torch.nn.Parameter]]:
     """One step on FakeTensors (no arithmetic): a tensor like each output of the step, made in the
@@ -273,10 +336,10 @@ def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
     with probe:
         xs = [x if mode is not None else probe.from_tensor(x) for x in inputs]
         out = torch.func.functional_call(model, buffers, tuple(xs), strict=False)
-        flat = tree_flatten(out if loss_fn is None else loss_fn(out))[0]
+        flat = _check_outputs(model, out if loss_fn is None else loss_fn(out), inputs)
         specs = [(t.shape, t.dtype, t.device) for t in flat]
-        grads = torch.autograd.grad([t for t in flat if t.requires_grad], trainable,
-                                    [torch.ones_like(t) for t in flat if t.requires_grad], allow_unused=True)
+        grads = torch.autograd.grad(flat, trainable, [torch.ones_like(t) for t in flat],
+                                    allow_unused=True) if trainable else ()
     unused = [p for p, g in zip(trainable, grads) if g is None]
     with mode if mode is not None else contextlib.nullcontext():
         return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs], unused

@@ -19,9 +19,14 @@ __all__ = ["optimize", "RecomputeModule"]
 class RecomputeModule(torch.nn.Module):
     """A module that shares ``model``'s parameters and buffers and trains under a recomputation plan.
 
-    The model is traced and planned on the first training call for each input signature (shapes,
-    dtypes, devices); evaluation (``eval()`` or ``torch.no_grad()``) calls the model unchanged, since
-    nothing is kept for backward there.
+    Whenever autograd would record the step (grad enabled and a parameter or an input requires grad),
+    the call runs a plan traced for what the step is: the inputs' shapes, dtypes, devices and
+    ``requires_grad``, the ``training`` flag of every submodule, the parameters' ``requires_grad`` and
+    the autocast state. A call that differs in any of these traces and plans again (once; plans are
+    cached), so ``eval()``/``train()`` on the wrapper or on any inner module, freezing a layer or a new
+    batch size never reuse a plan made for another program. Gradients flow to the parameters and to
+    every input that requires grad, as in plain training. Otherwise (``torch.no_grad()``, nothing
+    requires grad) the model is called unchanged, since nothing is kept for backward there.
     """
 
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
@@ -43,10 +48,20 @@ class RecomputeModule(torch.nn.Module):
         """The plan of the most recent training call."""
         return self.last.plan if self.last else None
 
+    def _program_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        """Everything that changes the traced step besides the parameters' values."""
+        devices = sorted({x.device.type for x in inputs} | {"cpu"})
+        return (
+            tuple((tuple(x.shape), x.dtype, x.device, x.requires_grad) for x in inputs),
+            tuple(m.training for m in self.model.modules()),
+            tuple(p.requires_grad for p in self.model.parameters()),
+            tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in devices),
+        )
+
     def prepare(self, *inputs: torch.Tensor) -> Executor:
-        """Trace and plan for inputs like these (done lazily by ``forward``)."""
+        """Trace and plan for a step like this one (done lazily by ``forward``)."""
         check_inputs(inputs)
-        key = tuple((tuple(x.shape), x.dtype, x.device) for x in inputs)
+        key = self._program_key(inputs)
         if key not in self._executors:
             g = trace(self.model, inputs, cost_model=self.cost_model)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
@@ -54,8 +69,15 @@ class RecomputeModule(torch.nn.Module):
         self.last = self._executors[key]
         return self.last
 
+    def records_backward(self, inputs: tuple[torch.Tensor, ...]) -> bool:
+        """Whether autograd would record a step on ``inputs``: only then is there a plan to follow."""
+        if not torch.is_grad_enabled():
+            return False
+        return (any(p.requires_grad for p in self.model.parameters())
+                or any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs))
+
     def forward(self, *inputs: torch.Tensor) -> Any:
-        if not (self.training and torch.is_grad_enabled()):
+        if not self.records_backward(inputs):
             return self.model(*inputs)
         return self.prepare(*inputs)(*inputs)
 

@@ -104,7 +104,7 @@ def simulate(p: "Program", s: Schedule) -> Simulation:
     # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
     for name in joint.tangents:
         last[storage_of[(name, 0)]] = n
-    for node in [*joint.user_outputs, *(joint.node(g) for g in joint.param_grads)]:
+    for node in [*joint.user_outputs, *(joint.node(g) for g in joint.gradients)]:
         st = storage_of.get((node.name, 0))
         if st is not None:
             for target in whole(st):

@@ -20,16 +20,18 @@ import operator
 import re
 import time as _time
 import traceback
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import costs
 from .fxnodes import is_random, output_tensors
-from .joint import JointProgram, trace_step
+from .joint import JointProgram, StepError, trace_step
 from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
 
@@ -97,25 +99,67 @@ def _user_frame(exc: BaseException) -> str | None:
     """The innermost ``File ..., line N`` of the exception that is not inside torch: the user's line."""
     text = "".join(traceback.format_exception(exc))
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text)
-    user = [f for f in frames if "/torch/" not in f[0] and not f[0].startswith("<")]
+    ours = str(Path(__file__).parent)
+    user = [f for f in frames if "/torch/" not in f[0] and not f[0].startswith(("<", ours))]
     if not user:
         return None
     path, line, func, code = user[-1]
     return f'{path}:{line} in {func}: "{code.strip()}"'
 
 
+def _eager_failure(model: torch.nn.Module, args: tuple, loss_fn: Callable[[Any], torch.Tensor] | None) -> Exception | None:
+    """The error plain PyTorch raises on this step, if it raises one (real inputs only; on copies of
+    the buffers, without grad): then the inputs or the model are wrong, not tracing."""
+    if any(isinstance(x, FakeTensor) for x in args):
+        return None
+    buffers = {name: b.clone() for name, b in model.named_buffers(remove_duplicate=False)}
+    try:
+        with torch.no_grad():
+            out = torch.func.functional_call(model, buffers, args, strict=False)
+            if loss_fn is not None:
+                loss_fn(out)
+    except Exception as exc:  # whatever plain PyTorch raises is the user's error to see
+        return exc
+    return None
+
+
+def _dtype_hint(model: torch.nn.Module, args: tuple) -> str:
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    odd = [f"input {i} is {x.dtype}" for i, x in enumerate(args) if x.is_floating_point() and dtypes and x.dtype not in dtypes]
+    if not odd:
+        return ""
+    have = ", ".join(sorted(str(d) for d in dtypes))
+    return f" ({'; '.join(odd)} while the parameters are {have}: cast one to the other, e.g. x.to({have.split(',')[0]}))"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def _export(model: torch.nn.Module, args: tuple, loss_fn: Callable[[Any], torch.Tensor] | None) -> JointProgram:
+    name = type(model).__name__
     try:
         return trace_step(model, args, loss_fn)
+    except StepError as exc:
+        raise TraceError(f"cannot plan {name}: {exc}") from exc
     except Exception as exc:  # torch raises many different types here; all mean "not traceable"
+        own = _eager_failure(model, args, loss_fn)
+        if own is not None:
+            where = _user_frame(own)
+            raise TraceError(
+                f"{name} fails on these inputs without recompute too: {type(own).__name__}: {_first_line(own)}"
+                + (f"\n  at {where}" if where else "")
+                + f"\nWhat to do: fix the inputs or the model as plain PyTorch asks{_dtype_hint(model, args)}; "
+                "then plan again."
+            ) from own
         where = _user_frame(exc)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(
-            f"could not trace {type(model).__name__}: {type(exc).__name__}: {first}"
+            f"could not trace {name}: {type(exc).__name__}: {_first_line(exc)}"
             + (f"\n  at {where}" if where else "")
             + "\nWhat to do: make forward() free of Python control flow on tensor values (use "
             "torch.where / torch.cond), of .item()/.tolist() and of non-tensor side effects, or plan "
-            "the traceable sub-module on its own. The torch error is chained below."
+            "the traceable sub-module on its own (an optimized sub-module passes gradients to the layers "
+            "around it). The torch error is chained below."
         ) from exc
 
 
@@ -160,8 +204,21 @@ def trace(
             "parameters yet. What to do: plan a model that holds each parameter once (e.g. call one "
             "shared sub-module several times instead of registering it under several names)."
         )
+    lost = _rnn_dropout(model)
+    if lost:
+        raise TraceError(
+            f"{type(model).__name__} has recurrent layers with dropout between layers ({', '.join(lost)}) in training "
+            "mode; PyTorch's traced RNN (torch._decomp.decompositions._rnn_helper) leaves that dropout out, so "
+            "the planned step would train without it. What to do: use single-layer RNNs with nn.Dropout "
+            "between them, or dropout=0."
+        )
     start = _time.perf_counter()
-    g = graph_of(_export(model, args, loss_fn), loss=loss_fn is not None, cost_model=cost_model, **cost_options)
+    # tracing runs the step (dropout included): on a fork of the generators, so that the caller's
+    # next real step draws the masks plain training would
+    cuda = sorted({t.device.index or 0 for t in (*args, *model.parameters(), *model.buffers()) if t.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda):
+        joint = _export(model, args, loss_fn)
+    g = graph_of(joint, loss=loss_fn is not None, cost_model=cost_model, **cost_options)
     g.program.trace_seconds = _time.perf_counter() - start
     return g
 
@@ -178,6 +235,12 @@ def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "pape
         preds=preds, mem=mem, time=time, names=names, ops=ops, outputs=outputs,
         cost_model=cost_model, program=program, saved=_saved_bytes(program),
     )
+
+
+def _rnn_dropout(model: torch.nn.Module) -> list[str]:
+    """Multi-layer RNNs whose inter-layer dropout a trace would drop: ``name (dropout=p)``."""
+    return [f"{name or 'model'} (dropout={m.dropout})" for name, m in model.named_modules()
+            if isinstance(m, torch.nn.RNNBase) and m.training and m.dropout > 0 and m.num_layers > 1]
 
 
 def _tied_parameters(model: torch.nn.Module) -> list[str]:

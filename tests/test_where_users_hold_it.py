@@ -1,0 +1,193 @@
+"""An optimized module used the ways users hold it: inside a larger model, after eval()/train(), at a
+new input shape, as a recurrent network — each step compared with plain training of a twin model."""
+
+from __future__ import annotations
+
+import copy
+import re
+import pytest
+import torch
+import torch.nn as nn
+
+import recompute
+from recompute.exactness import float64_distance, train_step
+
+
+def _net(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3),
+                         nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+class Outer(nn.Module):
+    """A trainable stem, a body (optimized or not) and a head: the body is what users optimize."""
+
+    def __init__(self, body: nn.Module, twice: bool = False):
+        super().__init__()
+        torch.manual_seed(1)
+        self.stem, self.body, self.head, self.twice = nn.Linear(8, 8), body, nn.Linear(4, 2), twice
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(self.stem(x))
+        if self.twice:  # the same optimized module again, on a value that depends on its first output
+            h = self.body(self.stem(h.repeat(1, 2)))
+        return self.head(h)
+
+
+def _same_step(plain: nn.Module, ours: nn.Module, inputs: tuple, seed: int = 3) -> None:
+    """One step of each from the same generator state: loss, every gradient (inputs' too) and every
+    buffer bitwise equal (the same ops run on the same values)."""
+    ref = {k: v.clone() for k, v in train_step(plain, plain, inputs, seed).items()}
+    # the wrapper holds the model as ``model``: name entries as in the plain model
+    got = {re.sub(r"(?<=[:.])model\.", "", k): v for k, v in train_step(ours, ours, inputs, seed).items()}
+    assert ref.keys() == got.keys(), set(ref) ^ set(got)
+    for key in ref:
+        assert torch.equal(ref[key], got[key]), key
+
+
+def test_layers_before_an_optimized_module_get_their_gradients():
+    plain = Outer(_net())
+    ours = copy.deepcopy(plain)
+    x = torch.randn(6, 8)
+    ours.body = recompute.optimize(ours.body, (torch.randn(6, 8),))
+    _same_step(plain, ours, (x,))
+    assert ours.stem.weight.grad is not None and ours.stem.weight.grad.norm() > 0
+
+
+def test_an_input_that_requires_grad_gets_its_gradient():
+    plain = _net()
+    ours = recompute.optimize(copy.deepcopy(plain), (torch.randn(6, 8),))
+    x = torch.randn(6, 8, requires_grad=True)
+    _same_step(plain, ours, (x,))
+
+
+def test_an_optimized_module_used_twice_in_one_step():
+    plain = Outer(_net(), twice=True)
+    ours = copy.deepcopy(plain)
+    ours.body = recompute.optimize(ours.body, (torch.randn(6, 8),))
+    _same_step(plain, ours, (torch.randn(6, 8),))
+
+
+def test_planned_in_eval_then_trained():
+    plain = _net()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(6, 8)
+    plain.eval(), ours.eval()
+    wrapped = recompute.optimize(ours, (x,))
+    plain.train(), wrapped.train()
+    _same_step(plain, wrapped, (x,))
+
+
+def test_inner_model_switched_to_train_while_the_wrapper_is_in_eval_still_follows_a_plan():
+    plain = _net()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(6, 8)
+    wrapped = recompute.optimize(ours, (x,))
+    wrapped.eval()
+    ours.train()
+    _same_step(plain, wrapped, (x,))
+    assert wrapped.last is not None and wrapped.last.program.module is ours
+
+
+def test_training_in_eval_mode_with_grad_uses_the_running_statistics():
+    """Fine-tuning with frozen BatchNorm: eval() and a backward pass."""
+    plain = _net()
+    ours = copy.deepcopy(plain)
+    wrapped = recompute.optimize(ours, (torch.randn(6, 8),))
+    plain.eval(), wrapped.eval()
+    _same_step(plain, wrapped, (torch.randn(6, 8),))
+
+
+def test_freezing_a_layer_retraces():
+    plain = _net()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(6, 8)
+    wrapped = recompute.optimize(ours, (x,))
+    for m in (plain, ours):
+        m[0].requires_grad_(False)
+    _same_step(plain, wrapped, (x,))
+    assert len(wrapped._executors) == 2
+
+
+def test_first_step_at_a_new_shape_draws_plain_trainings_masks():
+    plain = _net()
+    wrapped = recompute.optimize(copy.deepcopy(plain), (torch.randn(2, 8),))
+    _same_step(plain, wrapped, (torch.randn(6, 8),))  # traced inside this step, at batch 6
+
+
+class _Recurrent(nn.Module):
+    def __init__(self, cell: type[nn.RNNBase], dropout: float = 0.0):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn, self.head = cell(8, 16, num_layers=2, batch_first=True, dropout=dropout), nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.rnn(x)
+        return self.head(y[:, -1])
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU])
+def test_recurrent_networks_are_planned_and_as_close_to_float64_as_eager(cell):
+    """The traced RNN runs decomposed kernels (eager runs a fused one): not bitwise, so the yardstick
+    is the float64 step."""
+    model = _Recurrent(cell)
+    wrapped = recompute.optimize(model, (torch.randn(4, 5, 8),))
+    ours, eager = float64_distance(model, wrapped, (torch.randn(4, 5, 8, requires_grad=True),))
+    assert wrapped.last is not None
+    assert ours <= 2 * eager + 1e-7, (ours, eager)
+
+
+def test_rnn_dropout_that_tracing_would_drop_is_refused():
+    with pytest.raises(recompute.TraceError, match=r"rnn \(dropout=0.2\).*dropout=0"):
+        recompute.optimize(_Recurrent(nn.LSTM, dropout=0.2), (torch.randn(4, 5, 8),))
+
+
+class _Pair(nn.Module):
+    def __init__(self, second):
+        super().__init__()
+        self.lin, self.second = nn.Linear(4, 4), second
+
+    def forward(self, x):
+        y = self.lin(x)
+        return None if self.second == "none" else (y, self.second)
+
+
+@pytest.mark.parametrize("model, x, says", [
+    (nn.ReLU(), torch.randn(2, 4), "nothing in the step of ReLU requires grad"),
+    (_Pair(3), torch.randn(2, 4), "returned int 3 as output[1]"),
+    (_Pair("none"), torch.randn(2, 4), "returned None"),
+    (nn.Linear(4, 4), torch.randn(2, 4, dtype=torch.float64), "input 0 is torch.float64 while the parameters are torch.float32"),
+    (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), torch.randn(1, 4), "Expected more than 1 value per channel"),
+])
+def test_bad_models_and_inputs_say_what_is_wrong_not_control_flow(model, x, says):
+    with pytest.raises(recompute.TraceError) as err:
+        recompute.optimize(model, (x,))
+    assert says in str(err.value)
+    assert "control flow" not in str(err.value)
+
+
+def test_a_parameter_free_model_trains_its_input():
+    plain = nn.Sequential(nn.Tanh(), nn.Softplus())
+    x = torch.randn(3, 4, requires_grad=True)
+    _same_step(plain, recompute.optimize(copy.deepcopy(plain), (x,)), (x,))
+
+
+def test_inference_calls_the_model_unchanged():
+    wrapped = recompute.optimize(_net(), (torch.randn(6, 8),))
+    with torch.no_grad():
+        wrapped(torch.randn(3, 8))
+    assert len(wrapped._executors) == 1
+
+
+def test_autocast_retraces_and_trains_as_plain_autocast():
+    plain = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    ours = copy.deepcopy(plain)
+    wrapped = recompute.optimize(ours, (torch.randn(4, 8),))
+    x = torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = plain(x), wrapped(x)
+    assert b.dtype == torch.bfloat16 and torch.equal(a, b)
+    a.float().pow(2).mean().backward()
+    b.float().pow(2).mean().backward()
+    for p, q in zip(plain.parameters(), ours.parameters()):
+        assert torch.equal(p.grad, q.grad)
