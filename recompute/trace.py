@@ -153,6 +153,13 @@ def _export(model: torch.nn.Module, args: tuple, loss_fn: Callable[[Any], torch.
                 "then plan again."
             ) from own
         where = _user_frame(exc)
+        if "convert all Tensors to FakeTensors" in str(exc):
+            raise TraceError(
+                f"{name}.forward reads a tensor that is not its parameter, buffer or input"
+                + (f"\n  at {where}" if where else "")
+                + "\nWhat to do: register it on the module (nn.Parameter, or register_buffer for a constant) "
+                "or pass it as an input (an input that requires grad gets its gradient)."
+            ) from exc
         raise TraceError(
             f"could not trace {name}: {type(exc).__name__}: {_first_line(exc)}"
             + (f"\n  at {where}" if where else "")

@@ -155,7 +155,19 @@ class _Pair(nn.Module):
         return None if self.second == "none" else (y, self.second)
 
 
+class _Captures(nn.Module):
+    """Reads a tensor that requires grad but is not registered: it would get no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.__dict__["outside"] = nn.Linear(4, 4), nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return self.lin(x) * self.outside
+
+
 @pytest.mark.parametrize("model, x, says", [
+    (_Captures(), torch.randn(2, 4), "reads a tensor that is not its parameter, buffer or input"),
     (nn.ReLU(), torch.randn(2, 4), "nothing in the step of ReLU requires grad"),
     (_Pair(3), torch.randn(2, 4), "returned int 3 as output[1]"),
     (_Pair("none"), torch.randn(2, 4), "returned None"),
