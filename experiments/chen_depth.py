@@ -96,6 +96,13 @@ def _fit(xs: list[float], ys: list[float]) -> float:
     return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
 
 
+def load(path: Path) -> dict:
+    """The JSON record at ``path``; FileNotFoundError saying which stage writes it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: python -m experiments.chen_depth --write (stage chen of scripts/paper_figures.sh) writes it")
+    return json.loads(path.read_text())
+
+
 def render(record: dict, out: Path = OUT) -> None:
     """``<out>.png`` (activation peak against depth, with the a·n and b·√n curves) and ``<out>.md`` (the table)."""
     import matplotlib
@@ -152,9 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         tmp = json_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(sweep(tuple(args.blocks)), indent=1) + "\n")
         tmp.replace(json_path)
-    elif not json_path.exists():
-        sys.exit(f"{json_path} does not exist: run python -m experiments.chen_depth --write first")
-    render(json.loads(json_path.read_text()))
+    render(load(json_path))
 
 
 if __name__ == "__main__":

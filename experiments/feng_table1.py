@@ -46,7 +46,7 @@ from torch.utils._pytree import tree_flatten
 import recompute
 from recompute.graph import Graph
 
-__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "render"]
+__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "load", "render"]
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).resolve().parent / "reference" / "feng2018_table1.csv"
@@ -328,6 +328,13 @@ def record(df: pd.DataFrame, command: str) -> dict[str, Any]:
                 git_commit=git_commit(), command=command, torch_version=torch.__version__, rows=rows)
 
 
+def load(path: Path) -> dict:
+    """The JSON record at ``path``; FileNotFoundError saying which stage writes it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: python -m experiments.feng_table1 --write (stage feng of scripts/paper_figures.sh) writes it")
+    return json.loads(path.read_text())
+
+
 def render(rec: dict[str, Any], out: Path = OUT) -> None:
     """``<out>.csv`` (every column) and ``<out>.md`` (the table) from a :func:`record`, nothing measured."""
     df = pd.DataFrame(rec["rows"])
@@ -349,9 +356,7 @@ def main() -> None:
     args = parser.parse_args()
     json_path = OUT.with_suffix(".json")
     if args.render:
-        if not json_path.exists():
-            sys.exit(f"{json_path} does not exist: run python -m experiments.feng_table1 --write first")
-        render(json.loads(json_path.read_text()))
+        render(load(json_path))
         return
     df = run(args.nets, measure=not args.no_measure)
     print(markdown(df))
