@@ -1,6 +1,7 @@
 """Table 1 of Feng & Huang (2018): Re-forwarding's memory ratio on their networks, ours beside theirs.
 
-    python -m experiments.feng_table1 --write          # paper_figures/feng2018_table1.{md,csv}
+    python -m experiments.feng_table1 --write          # paper_figures/feng2018_table1.json, then .{md,csv} from it
+    python -m experiments.feng_table1 --render         # paper_figures/feng2018_table1.{md,csv} from the JSON only
     python -m experiments.feng_table1 --nets alexnet resnet18
 
 Every network of their Table 1 (torchvision, random weights) at their batch size and input size
@@ -26,6 +27,9 @@ import argparse
 import csv
 import functools
 import gc
+import json
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -42,7 +46,7 @@ from torch.utils._pytree import tree_flatten
 import recompute
 from recompute.graph import Graph
 
-__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown"]
+__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "load", "render"]
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).resolve().parent / "reference" / "feng2018_table1.csv"
@@ -315,21 +319,53 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines + notes)
 
 
+def record(df: pd.DataFrame, command: str) -> dict[str, Any]:
+    """The rows of a run with what made them (commit, command, torch): the JSON behind the table."""
+    from .runner import git_commit
+
+    rows = df.drop(columns="wall_seconds").to_dict("records")  # native floats: exact through JSON
+    return dict(source="Feng & Huang (2018), Cutting Down Training Memory by Re-forwarding, Table 1",
+                git_commit=git_commit(), command=command, torch_version=torch.__version__, rows=rows)
+
+
+def load(path: Path) -> dict:
+    """The JSON record at ``path``; FileNotFoundError saying which stage writes it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: python -m experiments.feng_table1 --write (stage feng of scripts/paper_figures.sh) writes it")
+    return json.loads(path.read_text())
+
+
+def render(rec: dict[str, Any], out: Path = OUT) -> None:
+    """``<out>.csv`` (every column) and ``<out>.md`` (the table) from a :func:`record`, nothing measured."""
+    df = pd.DataFrame(rec["rows"])
+    df.to_csv(out.with_suffix(".csv"), index=False, float_format="%.4f")
+    out.with_suffix(".md").write_text(
+        "# Feng & Huang (2018), Table 1: ours / paper\n\n"
+        f"Records at commit {rec['git_commit'][:7]} by `{rec['command']}` (see `paper_figures/README.md`).\n\n"
+        + markdown(df) + "\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=[*paper_rows(), *VARIANTS])
     parser.add_argument("--no-measure", action="store_true", help="theoretical ratios only (no fake execution)")
-    parser.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(REPO)}.{{md,csv}}")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(REPO)}.json and render it")
+    what.add_argument("--render", action="store_true", help=f"{OUT.relative_to(REPO)}.{{md,csv}} from its .json only")
     args = parser.parse_args()
+    json_path = OUT.with_suffix(".json")
+    if args.render:
+        render(load(json_path))
+        return
     df = run(args.nets, measure=not args.no_measure)
-    text = markdown(df)
-    print(text)
+    print(markdown(df))
     if args.write:
-        df.drop(columns="wall_seconds").to_csv(OUT.with_suffix(".csv"), index=False, float_format="%.4f")
-        OUT.with_suffix(".md").write_text(
-            "# Feng & Huang (2018), Table 1: ours / paper\n\n"
-            "`python -m experiments.feng_table1 --write` (see `paper_figures/README.md`).\n\n" + text + "\n"
-        )
+        rec = record(df, "python -m experiments.feng_table1 " + shlex.join(sys.argv[1:]))
+        tmp = json_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(rec, indent=1) + "\n")
+        tmp.replace(json_path)
+        render(rec)
 
 
 if __name__ == "__main__":

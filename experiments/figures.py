@@ -28,10 +28,17 @@ from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
 __all__ = [
     "TABLE1_METHODS", "MULTI_METHODS", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
     "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "write_table1", "max_batch_table", "max_batch_markdown",
-    "figure4_records", "figure4", "execute_notebook", "retention", "frame_markdown",
+    "figure4_records", "figure4", "execute_notebook", "DP_METHODS", "MEMORY_MODELS", "FLAG_POINTS", "TABLE1_COLUMNS",
+    "flagged", "provenance", "write_max_batch", "figure4_ordering", "figure4_markdown",
 ]
 
 TABLE1_METHODS = ["approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc", "chen", "vanilla"]  # its column order
+DP_METHODS = ("approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc")  # the Table 1 methods with a memory model
+MEMORY_MODELS = ("paper", "simulator")  # the paper's eq. (2) (reproduction), the exact simulated peak (ours)
+FLAG_POINTS = 10.0  # a cell this many points of reduction from the paper's is explained (experiments.explain)
+TABLE1_COLUMNS = ["network", "method", "memory_model", "batch_size", "status", "peak_gb", "reduction", "paper_peak_gb",
+                  "paper_reduction", "diff_points", "num_nodes", "paper_num_nodes", "k", "solve_seconds",
+                  "predicted_peak_gb", "predicted_over_measured", "backend", "planner", "slots", "git_commit"]
 MULTI_METHODS = ("revolve", "chen_recursive", "join_dp")  # planners that recompute more than once (not in the paper)
 BEST_MULTI = "multirecompute"  # Table 1's extra row per network: the smallest measured peak of MULTI_METHODS
 FIGURE4_METHODS = ["vanilla", "chen", "approxdp_tc", "approxdp_mc"]
@@ -66,14 +73,14 @@ def paper_table1_wide(path: str | Path = PAPER_TABLE1_CSV) -> pd.DataFrame:
 
 def paper_table1(path: str | Path = PAPER_TABLE1_CSV) -> pd.DataFrame:
     """The paper's Table 1 in long form: network, method, paper_batch, paper_num_nodes, paper_peak_gb,
-    paper_reduction (a fraction, recomputed from the GB columns as the paper's percentages were)."""
+    paper_reduction (a fraction: the percentage the paper printed, not one recomputed from its rounded GB)."""
     wide = paper_table1_wide(path).reset_index()
     rows = []
     for r in wide.itertuples(index=False):
         for m in TABLE1_METHODS:
-            gb = getattr(r, f"{m}_gb")
+            printed = 0 if m == "vanilla" else getattr(r, f"{m}_pct")
             rows.append(dict(network=r.network, method=m, paper_batch=int(r.batch), paper_num_nodes=int(r.num_nodes),
-                             paper_peak_gb=gb, paper_reduction=1 - gb / r.vanilla_gb))
+                             paper_peak_gb=getattr(r, f"{m}_gb"), paper_reduction=-printed / 100))
     return pd.DataFrame(rows)
 
 
@@ -101,24 +108,15 @@ def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), me
     return df[keep]
 
 
-def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake", memory_model: str = "simulator") -> pd.DataFrame:
-    """Table 1 in long form: one row per (network, method) at the paper's batch, ours beside the paper's.
-
-    Columns: network, method, batch_size, status, peak_gb, reduction (fraction vs our vanilla),
-    paper_peak_gb, paper_reduction, diff_points (ours − paper, percentage points of reduction),
-    num_nodes, paper_num_nodes, solve_seconds, predicted_peak_gb, predicted_over_measured, backend,
-    memory_model (the DP planners'; vanilla and Chen do not use one), planner, slots.
-    A (network, method) without a record keeps its paper numbers and ``status`` = missing. Each network
-    also gets a :data:`BEST_MULTI` row (no paper numbers): its successful record of
-    :data:`MULTI_METHODS` with the smallest measured peak, ``planner`` and ``slots`` saying which.
-    """
+def _table1_one(df: pd.DataFrame, paper: pd.DataFrame, backend: str, memory_model: str) -> pd.DataFrame:
+    """Table 1 with the DP planners on one ``memory_model`` (see :func:`table1`)."""
     ours = paper_scale(df, (backend,), memory_model)
     if not ours.empty:
         ours = ours[ours["batch_size"] == ours["net"].map(lambda n: nets.spec(n).batch_size)]
         ours = ours.sort_values("timestamp").drop_duplicates(["net", "method"], keep="last")
         ours = ours.rename(columns={"net": "network"})
     cols = ["network", "method", "batch_size", "status", "measured_peak_bytes", "reduction", "num_nodes",
-            "solve_seconds", "predicted_total_bytes", "planner", "slots"]
+            "solve_seconds", "predicted_total_bytes", "planner", "slots", "k", "git_commit"]
     ours = ours.reindex(columns=cols)
     multi = ours["method"].isin(MULTI_METHODS)
     best = ours[multi & (ours["status"] == "ok")].sort_values("measured_peak_bytes").drop_duplicates("network")
@@ -126,6 +124,26 @@ def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake", memory_
     paper = pd.concat([paper, paper.drop_duplicates("network").assign(
         method=BEST_MULTI, paper_peak_gb=float("nan"), paper_reduction=float("nan"))])
     t = paper.merge(ours, on=["network", "method"], how="left")
+    t["memory_model"] = t["method"].map(lambda m: memory_model if m in DP_METHODS else None)
+    return t
+
+
+def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake",
+           memory_models: Iterable[str] = MEMORY_MODELS) -> pd.DataFrame:
+    """Table 1 in long form: one row per (network, method, DP memory model) at the paper's batch, ours
+    beside the paper's; the DP rows once per model in ``memory_models``, the others (vanilla, Chen, the
+    best multi-recompute plan: planners without a memory model) once, with an empty ``memory_model``.
+
+    Columns: network, method, memory_model, batch_size, status, peak_gb, reduction (fraction vs our
+    vanilla), paper_peak_gb, paper_reduction (as printed), diff_points (ours − paper, percentage points of
+    reduction), num_nodes, paper_num_nodes, k, solve_seconds, predicted_peak_gb, predicted_over_measured,
+    backend, planner, slots, git_commit (of the record). A cell without a record keeps its paper numbers
+    and ``status`` = missing. Each network's :data:`BEST_MULTI` row (no paper numbers) is its successful
+    record of :data:`MULTI_METHODS` with the smallest measured peak, ``planner`` and ``slots`` saying which.
+    """
+    models = list(memory_models)
+    parts = [_table1_one(df, paper, backend, m) for m in models]
+    t = pd.concat([parts[0], *(p[p["method"].isin(DP_METHODS)] for p in parts[1:])], ignore_index=True)
     t["status"] = t["status"].fillna("missing")
     t["batch_size"] = t["batch_size"].fillna(t["paper_batch"]).astype(int)
     t["peak_gb"] = t["measured_peak_bytes"] / GIB
@@ -133,13 +151,22 @@ def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake", memory_
     t["predicted_over_measured"] = t["predicted_total_bytes"] / t["measured_peak_bytes"]
     t["diff_points"] = 100 * (t["reduction"] - t["paper_reduction"])
     t["backend"] = backend
-    t["memory_model"] = memory_model
-    order = ["network", "method", "batch_size", "status", "peak_gb", "reduction", "paper_peak_gb", "paper_reduction",
-             "diff_points", "num_nodes", "paper_num_nodes", "solve_seconds", "predicted_peak_gb",
-             "predicted_over_measured", "backend", "memory_model", "planner", "slots"]
+    t["_model"] = pd.Categorical(t["memory_model"].fillna(""), ["", *models])
     t["network"] = pd.Categorical(t["network"], nets.names(paper_only=True))
     t["method"] = pd.Categorical(t["method"], [*TABLE1_METHODS, BEST_MULTI])
-    return t.sort_values(["network", "method"])[order].astype({"network": str, "method": str}).reset_index(drop=True)
+    t = t.sort_values(["network", "method", "_model"])
+    return t[TABLE1_COLUMNS].astype({"network": str, "method": str}).reset_index(drop=True)
+
+
+def flagged(t: pd.DataFrame, points: float = FLAG_POINTS) -> pd.DataFrame:
+    """The cells of Table 1 whose reduction differs from the paper's printed one by more than ``points``."""
+    return t[t["diff_points"].abs() > points]
+
+
+def provenance(records: pd.DataFrame) -> str:
+    """Which commits the records were made at (short hashes), for an artefact's header."""
+    commits = sorted({c[:7] for c in records["git_commit"].dropna()})
+    return f"records at commit {', '.join(commits)}" if commits else "no records"
 
 
 def _gb(gb: float | None, red: float | None) -> str:
@@ -149,51 +176,62 @@ def _gb(gb: float | None, red: float | None) -> str:
 
 
 def table1_markdown(t: pd.DataFrame) -> str:
-    """The paper's layout (networks × methods), each cell "ours / paper", then our best multi-recompute
-    plan (planner and slot count c), #V, batch and solve times."""
+    """The paper's layout (networks × methods), one row per network and DP memory model, each cell
+    "ours / paper"; vanilla, Chen's and our best multi-recompute plan (planner, slot count c) use no
+    memory model and repeat on both rows; then #V, batch and solve times."""
     lines = [
-        "| Network | batch | #V ours / paper | " + " | ".join(METHOD_LABELS[m] for m in TABLE1_METHODS)
+        "| Network | DP memory model | batch | #V ours / paper | " + " | ".join(METHOD_LABELS[m] for m in TABLE1_METHODS)
         + f" | {METHOD_LABELS[BEST_MULTI]} (ours) | solve s (ApproxDP MC / ExactDP MC) |",
-        "|---|---|---|" + "---|" * len(TABLE1_METHODS) + "---|---|",
+        "|---|---|---|---|" + "---|" * len(TABLE1_METHODS) + "---|---|",
     ]
     for net, g in t.groupby("network", sort=False):
-        g = g.set_index("method")
-        cells = [f"{_gb(g.at[m, 'peak_gb'], g.at[m, 'reduction'])} / {_gb(g.at[m, 'paper_peak_gb'], g.at[m, 'paper_reduction'])}"
-                 for m in TABLE1_METHODS]
-        multi = g.loc[BEST_MULTI] if BEST_MULTI in g.index else None
-        found = multi is not None and not pd.isna(multi["peak_gb"])
-        cells.append(f"{_gb(multi['peak_gb'], multi['reduction'])} ({multi['planner']}, c = {int(multi['slots'])})"
-                     if found else "–")
-        nodes = g["num_nodes"].dropna()
-        solve = [g.at[m, "solve_seconds"] for m in ("approxdp_mc", "exactdp_mc")]
-        lines.append(
-            f"| {net} | {int(g['batch_size'].iloc[0])} | {int(nodes.iloc[0]) if len(nodes) else '–'} / {int(g['paper_num_nodes'].iloc[0])} | "
-            + " | ".join(cells) + " | " + " / ".join("–" if pd.isna(s) else f"{s:.2f}" for s in solve) + " |"
-        )
+        shared = g[g["memory_model"].isna()].set_index("method")
+        for model, dp in g.dropna(subset=["memory_model"]).groupby("memory_model", sort=False):
+            cells_of = pd.concat([dp.set_index("method"), shared])
+            cells = [f"{_gb(cells_of.at[m, 'peak_gb'], cells_of.at[m, 'reduction'])} / "
+                     f"{_gb(cells_of.at[m, 'paper_peak_gb'], cells_of.at[m, 'paper_reduction'])}" for m in TABLE1_METHODS]
+            multi = cells_of.loc[BEST_MULTI] if BEST_MULTI in cells_of.index else None
+            found = multi is not None and not pd.isna(multi["peak_gb"])
+            cells.append(f"{_gb(multi['peak_gb'], multi['reduction'])} ({multi['planner']}, c = {int(multi['slots'])})"
+                         if found else "–")
+            nodes = cells_of["num_nodes"].dropna()
+            solve = [cells_of.at[m, "solve_seconds"] for m in ("approxdp_mc", "exactdp_mc")]
+            lines.append(
+                f"| {net} | {model} | {int(cells_of['batch_size'].iloc[0])} | "
+                f"{int(nodes.iloc[0]) if len(nodes) else '–'} / {int(cells_of['paper_num_nodes'].iloc[0])} | "
+                + " | ".join(cells) + " | " + " / ".join("–" if pd.isna(x) else f"{x:.2f}" for x in solve) + " |"
+            )
     return "\n".join(lines)
 
 
-def write_table1(df: pd.DataFrame, out: str | Path, stem: str = "table1", backend: str = "fake",
-                 memory_model: str = "simulator") -> pd.DataFrame:
-    """Table 1 of the records ``df`` as ``<out>/<stem>.csv`` (long form) and ``<stem>.md`` (the paper's
-    layout, titled); returns the long form. Only Table 1 is written, so ``python -m experiments.figures``
-    refreshes it from a store that holds the Table 1 sweep and nothing else."""
-    t = table1(df, paper_table1(), backend=backend, memory_model=memory_model)
+def write_table1(df: pd.DataFrame, out: str | Path, backend: str = "fake") -> pd.DataFrame:
+    """Table 1 of the records ``df`` as ``<out>/table1.csv`` (long form) and ``table1.md`` (the paper's
+    layout, titled with the records' commit and the commands); returns the long form."""
+    t = table1(df, paper_table1(), backend=backend)
     out = Path(out)
-    t.to_csv(out / f"{stem}.csv", index=False, float_format="%.4f")
-    (out / f"{stem}.md").write_text(
-        f"Table 1 — peak memory incl. parameters, ours ({backend} backend, DP memory model `{memory_model}`) / "
-        "Kusumoto et al. (2019); (−x%) = reduction vs vanilla\n\n" + table1_markdown(t) + "\n"
+    t.to_csv(out / "table1.csv", index=False, float_format="%.4f")
+    (out / "table1.md").write_text(
+        f"Table 1 — peak memory incl. parameters, ours ({backend} backend) / Kusumoto et al. (2019), "
+        "the paper's percentages as printed; (−x%) = reduction vs vanilla. The DP planners with the paper's "
+        "eq. (2) (`paper`) and with the exact simulated peak (`simulator`, the library's default). "
+        f"{len(flagged(t))} cells differ from the paper by more than {FLAG_POINTS:g} points. "
+        f"{provenance(t)} by `bash scripts/paper_figures.sh` (stage table1), rendered by "
+        "`STAGES=notebook bash scripts/paper_figures.sh`.\n\n" + table1_markdown(t) + "\n"
     )
     return t
+
+
+def _max_batch_records(df: pd.DataFrame, methods: Iterable[str], memory_model: str) -> pd.DataFrame:
+    """The paper-scale fake records the largest-batch table is read from."""
+    ours = paper_scale(df, ("fake",), memory_model)
+    return ours[ours["method"].isin(list(methods))] if not ours.empty else ours
 
 
 def max_batch_table(df: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
                     methods: Iterable[str] = FIGURE4_METHODS, memory_model: str = "simulator") -> pd.DataFrame:
     """Largest batch per (network, method) under ``device_memory_gb`` GiB, from paper-scale fake records
     (written by ``python -m experiments.max_batch``); ``proven`` is False where it is only a lower bound."""
-    ours = paper_scale(df, ("fake",), memory_model)
-    ours = ours[ours["method"].isin(list(methods))] if not ours.empty else ours
+    ours = _max_batch_records(df, methods, memory_model)
     if ours.empty:
         return pd.DataFrame(columns=["network", "method", "device_memory_gb", "max_batch", "paper_batch", "peak_gb", "probes", "proven"])
     mb = max_batch_from_records(ours, device_memory_gb).rename(columns={"net": "network"})
@@ -204,8 +242,9 @@ def max_batch_table(df: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
     return mb.sort_values(["network", "method"])[cols].astype({"network": str, "method": str}).reset_index(drop=True)
 
 
-def max_batch_markdown(mb: pd.DataFrame) -> str:
-    """Networks × methods; ``≥n`` marks a lower bound (the next batch was never probed)."""
+def max_batch_markdown(mb: pd.DataFrame, records: str = "") -> str:
+    """Networks × methods; ``≥n`` marks a lower bound (the next batch was never probed); ``records`` (the
+    :func:`provenance` of the probes) goes into the title."""
     methods = list(dict.fromkeys(mb["method"]))
     gb = mb["device_memory_gb"].iloc[0] if len(mb) else PAPER_DEVICE_GB
     lines = ["| Network (paper batch) | " + " | ".join(METHOD_LABELS.get(m, m) for m in methods) + " | best / vanilla |",
@@ -216,16 +255,30 @@ def max_batch_markdown(mb: pd.DataFrame) -> str:
         van = g.at["vanilla", "max_batch"] if "vanilla" in g.index else None
         ratio = f"{g['max_batch'].max() / van:.1f}×" if van else "–"
         lines.append(f"| {net} ({int(g['paper_batch'].iloc[0])}) | " + " | ".join(cell(m) for m in methods) + f" | {ratio} |")
-    return f"Largest batch under {gb:g} GiB (fake backend, paper input size)\n\n" + "\n".join(lines)
+    title = (f"Largest batch under {gb:g} GiB (fake backend, paper input size; the paper: PSPNet from 2 to 8). "
+             f"{records} by `bash scripts/paper_figures.sh` (stage max_batch), rendered by "
+             "`STAGES=notebook bash scripts/paper_figures.sh`.")
+    return title + "\n\n" + "\n".join(lines)
+
+
+def write_max_batch(df: pd.DataFrame, out: str | Path, device_memory_gb: float = PAPER_DEVICE_GB,
+                    memory_model: str = "simulator") -> pd.DataFrame:
+    """``<out>/max_batch.{csv,md}`` from the records ``df``; returns the table."""
+    mb = max_batch_table(df, device_memory_gb, memory_model=memory_model)
+    mb.to_csv(Path(out) / "max_batch.csv", index=False, float_format="%.4f")
+    records = provenance(_max_batch_records(df, FIGURE4_METHODS, memory_model))
+    (Path(out) / "max_batch.md").write_text(max_batch_markdown(mb, records) + "\n")
+    return mb
 
 
 def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = "simulator") -> pd.DataFrame:
-    """Timed records for Figure 4: one row per (net, method, batch) with ``seconds`` and, per
-    (net, batch), ``vanilla_seconds`` = the median of every vanilla timing at that point (each run
-    times vanilla beside its method, so there are several). If a net was timed at several input
-    sizes, the most-timed size is kept. Columns: net, method, batch_size, time_input_size, seconds,
-    vanilla_seconds."""
-    cols = ["net", "method", "batch_size", "time_input_size", "seconds", "vanilla_seconds"]
+    """Timings for Figure 4: one row per (net, method, batch) with every timed iteration (``samples``)
+    and their ``n``, ``seconds`` (mean) and ``std``. Each run times vanilla beside its method, so
+    vanilla's samples are those of every run at that point, pooled. A record of schema < 4 kept only
+    its median, which then counts as one sample. If a net was timed at several input sizes, the
+    most-timed size is kept. Columns: net, method, batch_size, time_input_size, n, seconds, std,
+    samples, git_commit."""
+    cols = ["net", "method", "batch_size", "time_input_size", "n", "seconds", "std", "samples", "git_commit"]
     if df.empty:
         return pd.DataFrame(columns=cols)
     t = df[(df["time_backend"] == backend) & (df["status"] == "ok") & df["seconds_per_iter"].notna()
@@ -236,10 +289,57 @@ def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = 
     size = t.groupby("net")["time_input_size"].agg(lambda s: s.value_counts().idxmax())
     t = t[t["time_input_size"] == t["net"].map(size)]
     t = t.sort_values("timestamp").drop_duplicates(["net", "method", "batch_size"], keep="last")
-    van = t.groupby(["net", "batch_size"])["vanilla_seconds_per_iter"].median().rename("vanilla_seconds")
-    t = t.rename(columns={"seconds_per_iter": "seconds"}).join(van, on=["net", "batch_size"])
-    t.loc[t["method"] == "vanilla", "seconds"] = t["vanilla_seconds"]
-    return t[cols].sort_values(["net", "method", "batch_size"]).reset_index(drop=True)
+    samples = lambda times, median: list(times) if isinstance(times, list) and times else [median]  # noqa: E731
+    rows = []
+    for (net, batch), g in t.groupby(["net", "batch_size"], sort=True):
+        pooled = [x for r in g.itertuples() for x in samples(r.vanilla_iteration_seconds, r.vanilla_seconds_per_iter)]
+        for r in g.itertuples():
+            xs = pooled if r.method == "vanilla" else samples(r.iteration_seconds, r.seconds_per_iter)
+            s = pd.Series(xs, dtype=float)
+            rows.append(dict(net=net, method=r.method, batch_size=int(batch), time_input_size=int(r.time_input_size),
+                             n=len(xs), seconds=float(s.mean()), std=float(s.std()) if len(xs) > 1 else float("nan"),
+                             samples=xs, git_commit=r.git_commit))
+    return pd.DataFrame(rows, columns=cols).sort_values(["net", "method", "batch_size"]).reset_index(drop=True)
+
+
+FIGURE4_PAIRS = (("approxdp_tc", "chen"), ("approxdp_mc", "chen"), ("approxdp_tc", "vanilla"), ("chen", "vanilla"))
+
+
+def figure4_ordering(timings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """The orderings Figure 4 could claim, tested: per (net, batch) and pair (a, b) of :data:`FIGURE4_PAIRS`,
+    Welch's t-test on their timed iterations; ``verdict`` says "a faster", "a slower" or "not
+    significant" (p ≥ ``alpha``, or fewer than 2 samples on a side)."""
+    from scipy import stats
+
+    rows = []
+    for (net, batch), g in timings.groupby(["net", "batch_size"], sort=True):
+        g = g.set_index("method")
+        for a, b in FIGURE4_PAIRS:
+            if a not in g.index or b not in g.index:
+                continue
+            xa, xb = g.at[a, "samples"], g.at[b, "samples"]
+            p = float(stats.ttest_ind(xa, xb, equal_var=False).pvalue) if min(len(xa), len(xb)) > 1 else float("nan")
+            verdict = "not significant" if not p < alpha else f"{METHOD_LABELS[a]} {'faster' if g.at[a, 'seconds'] < g.at[b, 'seconds'] else 'slower'}"
+            rows.append(dict(net=net, batch_size=int(batch), a=a, b=b, a_over_b=g.at[a, "seconds"] / g.at[b, "seconds"],
+                             p_value=p, verdict=verdict))
+    return pd.DataFrame(rows, columns=["net", "batch_size", "a", "b", "a_over_b", "p_value", "verdict"])
+
+
+def figure4_markdown(timings: pd.DataFrame, ordering: pd.DataFrame, backend: str) -> str:
+    """Mean ± std per point and every tested ordering, titled with the records' commit."""
+    lines = ["| net | batch | input | " + " | ".join(f"{METHOD_LABELS[m]} s (mean ± std, n)" for m in FIGURE4_METHODS) + " |",
+             "|---|---|---|" + "---|" * len(FIGURE4_METHODS)]
+    for (net, batch), g in timings.groupby(["net", "batch_size"], sort=False):
+        g = g.set_index("method")
+        cell = lambda m: "–" if m not in g.index else f"{g.at[m, 'seconds']:.3f} ± {g.at[m, 'std']:.3f} ({g.at[m, 'n']})"  # noqa: E731
+        lines.append(f"| {net} | {batch} | {int(g['time_input_size'].iloc[0])}² | " + " | ".join(cell(m) for m in FIGURE4_METHODS) + " |")
+    tests = ["| net | batch | a / b (mean time) | p (Welch) | verdict |", "|---|---|---|---|---|"]
+    tests += [f"| {r.net} | {r.batch_size} | {METHOD_LABELS[r.a]} / {METHOD_LABELS[r.b]} = {r.a_over_b:.2f} | "
+              f"{r.p_value:.3f} | {r.verdict} |" for r in ordering.itertuples()]
+    return (f"Figure 4 timings on {backend} (seconds per forward+backward step), {provenance(timings)} by "
+            "`bash scripts/paper_figures.sh` (stage figure4), rendered by `STAGES=notebook bash scripts/paper_figures.sh`. "
+            "Only the orderings whose verdict is not \"not significant\" (Welch's t-test, p < 0.05) are claims.\n\n"
+            + "\n".join(lines) + "\n\n" + "\n".join(tests))
 
 
 def _linear_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:
@@ -276,25 +376,25 @@ def figure4(timings: pd.DataFrame, max_batch: pd.DataFrame, device_memory_gb: fl
             m = g[g["method"] == method].sort_values("batch_size")
             if m.empty:
                 continue
-            style = dict(color=COLORS[method], marker="o", ms=4, label=METHOD_LABELS[method])
+            style = dict(color=COLORS[method], marker="o", ms=4, capsize=2, label=METHOD_LABELS[method])
             if method != "vanilla" or net not in cut:
-                ax.plot(m["batch_size"], m["seconds"], **style)
+                ax.errorbar(m["batch_size"], m["seconds"], yerr=m["std"], **style)
                 continue
             fits = m[m["batch_size"] <= cut[net]]
             beyond = m[m["batch_size"] > cut[net]]
             if not fits.empty:
-                ax.plot(fits["batch_size"], fits["seconds"], **style)
+                ax.errorbar(fits["batch_size"], fits["seconds"], yerr=fits["std"], **style)
                 a, b = _linear_fit(fits["batch_size"], fits["seconds"])
                 xs = pd.Series([fits["batch_size"].max(), g["batch_size"].max()])
                 ax.plot(xs, a + b * xs, color=COLORS[method], ls=":", lw=1.5, label="Vanilla (extrapolated)")
             if not beyond.empty:
-                ax.plot(beyond["batch_size"], beyond["seconds"], ls="none", marker="o", mfc="none",
-                        color=COLORS[method], ms=5, label="Vanilla (timed, would not fit)")
+                ax.errorbar(beyond["batch_size"], beyond["seconds"], yerr=beyond["std"], ls="none", marker="o", mfc="none",
+                            color=COLORS[method], ms=5, capsize=2, label="Vanilla (timed, would not fit)")
             ax.axvline(cut[net], color="0.6", lw=0.8, ls="--")
         size = int(g["time_input_size"].iloc[0])
         ax.set_title(f"{net} ({backend}, input {size}×{size}; vanilla max {cut.get(net, '?')})", fontsize=9)
         ax.set_xlabel("batch size")
-        ax.set_ylabel("seconds / iteration (fwd+bwd)")
+        ax.set_ylabel("seconds / iteration (mean ± std)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present):]:
         ax.set_visible(False)
@@ -304,9 +404,10 @@ def figure4(timings: pd.DataFrame, max_batch: pd.DataFrame, device_memory_gb: fl
         handles, labels = axes.flat[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(
-        f"Figure 4 (Kusumoto et al. 2019): runtime vs batch size — measured on {backend.upper()} at a reduced input size;\n"
-        f"vanilla's capacity ({device_memory_gb:g} GiB, dashed line) judged on the fake backend at the paper's input size"
-        + (f"\n{note}" if note else ""),
+        f"Figure 4 (Kusumoto et al. 2019): runtime vs batch size — measured on {backend.upper()}"
+        f"{' at a reduced input size' if backend == 'cpu' else ''};\n"
+        f"vanilla's capacity ({device_memory_gb:g} GiB, dashed line) judged on the fake backend at the paper's input size; "
+        f"{provenance(timings)}" + (f"\n{note}" if note else ""),
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0.06, 1, 0.91 if note else 0.93))
@@ -339,56 +440,3 @@ def execute_notebook(source: str | Path, ipynb: str | Path | None = None, *, cwd
         jupytext.write(nb, ipynb, fmt="ipynb")
     return nb
 
-
-def retention(net: str, batch_size: int | None = None) -> dict[str, Any]:
-    """What a framework *could* keep for backward vs what PyTorch's autograd keeps, for one network at
-    its paper batch and size (traced on fake tensors, nothing allocated).
-
-    The paper's vanilla (Chainer) keeps every node's output until its backward; eq. (2) charges the
-    same M_v. PyTorch keeps only ``saved`` bytes (in-place ReLU overwrites the conv output, an add's
-    inputs are not saved, ...). Where Σ saved is far below Σ M_v, vanilla is already lean and
-    recomputation has less to remove, which is the first suspect for a reduction below the paper's.
-    Returns net, num_nodes, param_gb, all_outputs_gb (Σ M_v), saved_gb (Σ saved), saved_fraction,
-    largest_output_gb (max M_v: any strategy must hold it and its gradient at some point),
-    chen_split_candidates (nodes every input-to-output path passes through: the only places Chen's
-    segmentation can cut, so few candidates mean few, large segments).
-    """
-    import recompute
-    from recompute.planners.chen import split_candidates
-
-    spec = nets.spec(net)
-    model, inputs = nets.build(net, batch_size=batch_size or spec.batch_size, fake_inputs=True)
-    g = recompute.trace(model, inputs)
-    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-    return dict(net=net, num_nodes=g.n, param_gb=params / GIB, all_outputs_gb=int(g.mem.sum()) / GIB,
-                saved_gb=int(g.saved.sum()) / GIB, saved_fraction=float(g.saved.sum() / g.mem.sum()),
-                largest_output_gb=int(g.mem.max()) / GIB, chen_split_candidates=len(split_candidates(g)))
-
-
-def frame_markdown(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
-    """A DataFrame as a GitHub markdown table (pandas' ``to_markdown`` needs tabulate, not a dependency)."""
-    cell = lambda v: "–" if v is None or (isinstance(v, float) and pd.isna(v)) else (format(v, floatfmt) if isinstance(v, float) else str(v))  # noqa: E731
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
-def main() -> None:
-    """``python -m experiments.figures``: Table 1 only, from a local store (the notebook writes everything)."""
-    import argparse
-
-    from . import results
-
-    parser = argparse.ArgumentParser(description="write <out>/table1.{md,csv} from the run records of a local store")
-    parser.add_argument("--results", default="results", help="the local results store")
-    parser.add_argument("--out", default="paper_figures")
-    parser.add_argument("--stem", default="table1", help="file name without extension")
-    parser.add_argument("--memory-model", default="simulator", choices=("simulator", "liveness", "paper"))
-    args = parser.parse_args()
-    df = results.load(args.results)
-    require_records(df, args.results)
-    write_table1(df, args.out, args.stem, memory_model=args.memory_model)
-
-
-if __name__ == "__main__":
-    main()

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the record only reads these; importing recompute here would
 
 __all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class Status(StrEnum):
@@ -120,6 +120,8 @@ class RunRecord:
     vanilla_seconds_per_iter: float | None = None
     seconds_per_iter: float | None = None
     time_overhead: float | None = None
+    vanilla_iteration_seconds: list[float] | None = None  # every timed step (schema 4): spread, not only the median
+    iteration_seconds: list[float] | None = None
     schema_version: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ filled by the runner
@@ -156,8 +158,9 @@ class RunRecord:
             self.end(Status.oom, f"measured {method.total_peak_bytes} B > device_memory_gb cap {cap} B")
 
     def set_timing(self, vanilla: recompute.Measurement, method: recompute.Measurement) -> None:
-        """Seconds per iteration of both, and the method's overhead over vanilla."""
+        """Seconds per iteration of both (median, and every timed iteration), and the method's overhead over vanilla."""
         self.vanilla_seconds_per_iter, self.seconds_per_iter = vanilla.seconds, method.seconds
+        self.vanilla_iteration_seconds, self.iteration_seconds = list(vanilla.times), list(method.times)
         if vanilla.seconds and method.seconds is not None:
             self.time_overhead = method.seconds / vanilla.seconds - 1
 

@@ -107,7 +107,7 @@ COMPOSE_MISTAKES = [
     ("seed=abc", ["seed", "abc", "Integer"]),
     ("results_dir=[1]", ["results_dir", "[1]", "string"]),
     ("skip_existing=maybe", ["skip_existing", "maybe", "bool"]),
-    ("experiment=table2", ["experiment/table2", "table1", "figure4_cpu"]),
+    ("experiment=table2", ["experiment/table2", "table1", "figure4"]),
     ("hydra/launcher=localx", ["hydra/launcher/localx", "local", "slurm"]),
 ]
 # ... and to_experiment rejects what types cannot say, every mistake in one message, before any work.
@@ -175,8 +175,8 @@ def test_sweep_presets_compose():
     assert params.method.split(",") == ["vanilla", "chen", "approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc",
                                         "revolve", "chen_recursive"]
     assert table1.device == "fake"
-    fig4 = _compose(["experiment=figure4_cpu", "net=pspnet"], hydra_cfg=True)
-    assert fig4.device == "cpu" and fig4.logger.group == "figure4_cpu"
+    fig4 = _compose(["experiment=figure4", "net=pspnet"], hydra_cfg=True)
+    assert fig4.device == "cpu" and fig4.logger.group == "figure4" and fig4.iterations >= 5
     assert fig4.hydra.sweeper.params.method.split(",") == ["vanilla", "chen", "approxdp_tc", "approxdp_mc"]
 
 

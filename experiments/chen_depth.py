@@ -1,0 +1,166 @@
+"""Chen et al. (2016), "Training Deep Nets with Sublinear Memory Cost": peak memory against depth.
+
+    python -m experiments.chen_depth --write     # measure -> paper_figures/chen2016_depth.json, then render
+    python -m experiments.chen_depth --render    # paper_figures/chen2016_depth.{png,md} from the JSON only
+
+Chen et al.'s claim (§4.3, Fig. 4 of their paper): with √n segments the feature-map memory of an n-layer
+network grows as O(√n) instead of O(n). We sweep the depth of a torchvision bottleneck ResNet with
+``blocks`` bottlenecks in each of its four stages (depth 12·blocks + 2) at batch 32 and 224², on the
+``fake`` backend (every allocation of the real training step, nothing allocated), and measure the
+activation peak (the step's peak minus parameters and buffers) of plain training, of Chen's √n
+segmentation (``chen``) and of ours (ApproxDP + MC at its smallest budget). Beside them the two model
+curves: a·n fitted to vanilla and b·√n fitted to Chen's points (least squares through the origin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import shlex
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .config import GIB
+from .runner import git_commit
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "paper_figures" / "chen2016_depth"
+BLOCKS = (1, 2, 3, 4, 6, 8, 12, 16)  # bottlenecks per stage: depths 14 … 194
+BATCH, SIZE = 32, 224
+METHODS = {"vanilla": ("vanilla", None), "chen": ("chen", None), "approxdp_mc": ("approxdp", "mc")}
+LABELS = {"vanilla": "vanilla", "chen": "Chen et al. √n segments", "approxdp_mc": "ours (ApproxDP + MC)"}
+
+
+@dataclass(frozen=True)
+class DepthPoint:
+    """One measured step: ``method`` on the ResNet with ``blocks`` bottlenecks per stage."""
+
+    blocks: int
+    depth: int  # weighted layers: 3 per bottleneck + stem conv + fc
+    num_nodes: int  # #V of the traced graph
+    method: str
+    activation_peak_bytes: int  # measured peak minus parameters and buffers
+    peak_bytes: int  # measured peak incl. parameters and buffers
+    k: int | None  # lower sets (segments) of the plan; None for vanilla
+
+
+def resnet(blocks: int) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    """A torchvision bottleneck ResNet with ``blocks`` bottlenecks per stage, fake input of batch 32 at 224²."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    torch.manual_seed(0)
+    model = ResNet(Bottleneck, [blocks] * 4)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.randn(BATCH, 3, SIZE, SIZE)
+    return model, (x,)
+
+
+def measure_depth(blocks: int) -> list[DepthPoint]:
+    """The three methods at one depth, each measured on the ``fake`` backend."""
+    import recompute
+    from recompute.measure import default_loss
+
+    model, inputs = resnet(blocks)
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    points = []
+    for name, (planner, strategy) in METHODS.items():
+        plan = recompute.plan(graph, planner, strategy=strategy)
+        runner = None if planner == "vanilla" else recompute.execute(graph, plan)
+        m = recompute.measure(model, inputs, runner=runner, backend="fake", iterations=1, warmup=0)
+        points.append(DepthPoint(blocks, 12 * blocks + 2, graph.n, name, m.peak_bytes, m.total_peak_bytes,
+                                 None if planner == "vanilla" else plan.k))
+    return points
+
+
+def sweep(blocks: tuple[int, ...] = BLOCKS) -> dict:
+    """Every depth in ``blocks``, with what made it (commit, command, torch), as the JSON record."""
+    points = []
+    for b in blocks:
+        points += measure_depth(b)
+        print(f"blocks={b}: " + ", ".join(f"{p.method} {p.activation_peak_bytes / GIB:.2f} GiB" for p in points[-3:]),
+              flush=True)
+    return dict(source="Chen et al. (2016), Training Deep Nets with Sublinear Memory Cost, arXiv:1604.06174, §4.3",
+                git_commit=git_commit(), command="python -m experiments.chen_depth " + shlex.join(sys.argv[1:]),
+                torch_version=torch.__version__, host=platform.node(), batch_size=BATCH, input_size=SIZE,
+                backend="fake", points=[asdict(p) for p in points])
+
+
+def _fit(xs: list[float], ys: list[float]) -> float:
+    """Least-squares c of y = c·x (through the origin)."""
+    return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+
+
+def load(path: Path) -> dict:
+    """The JSON record at ``path``; FileNotFoundError saying which stage writes it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: python -m experiments.chen_depth --write (stage chen of scripts/paper_figures.sh) writes it")
+    return json.loads(path.read_text())
+
+
+def render(record: dict, out: Path = OUT) -> None:
+    """``<out>.png`` (activation peak against depth, with the a·n and b·√n curves) and ``<out>.md`` (the table)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [DepthPoint(**p) for p in record["points"]]
+    by = {m: sorted((p for p in points if p.method == m), key=lambda p: p.depth) for m in METHODS}
+    depths = [p.depth for p in by["vanilla"]]
+    gib = {m: [p.activation_peak_bytes / GIB for p in ps] for m, ps in by.items()}
+    a = _fit(depths, gib["vanilla"])
+    b = _fit([math.sqrt(d) for d in depths], gib["chen"])
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for m, style in zip(METHODS, ("o-", "s-", "^-")):
+        ax.plot(depths, gib[m], style, ms=4, label=LABELS[m])
+    grid = [depths[0] + i * (depths[-1] - depths[0]) / 100 for i in range(101)]
+    ax.plot(grid, [a * d for d in grid], ":", color="0.4", label=f"{a:.3f}·n (linear, fit to vanilla)")
+    ax.plot(grid, [b * math.sqrt(d) for d in grid], "--", color="0.4", label=f"{b:.3f}·√n (fit to Chen)")
+    ax.set(xlabel="depth n (weighted layers of the bottleneck ResNet)", ylabel="activation peak (GiB)",
+           title=f"Chen et al. (2016): memory vs depth, batch {record['batch_size']}, "
+                 f"{record['input_size']}², {record['backend']} backend")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.005, f"records at commit {record['git_commit'][:7]}: {record['command']}", fontsize=6, color="0.4")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.savefig(out.with_suffix(".png"), dpi=130, metadata={"Software": None})
+    plt.close(fig)
+    rows = ["| depth n | #V | " + " | ".join(f"{LABELS[m]} (GiB)" for m in METHODS) + " | Chen k | ours k |",
+            "|---|---|" + "---|" * len(METHODS) + "---|---|"]
+    for i, d in enumerate(depths):
+        rows.append(f"| {d} | {by['vanilla'][i].num_nodes} | " + " | ".join(f"{gib[m][i]:.2f}" for m in METHODS)
+                    + f" | {by['chen'][i].k} | {by['approxdp_mc'][i].k} |")
+    growth = {m: gib[m][-1] / gib[m][0] for m in METHODS}
+    out.with_suffix(".md").write_text(
+        f"Chen et al. (2016), memory vs depth: activation peak of one training step (`fake` backend, batch "
+        f"{record['batch_size']}, {record['input_size']}²), records at commit {record['git_commit'][:7]} by "
+        f"`{record['command']}`.\n\n" + "\n".join(rows) + "\n\n"
+        f"From depth {depths[0]} to {depths[-1]} ({depths[-1] / depths[0]:.1f}× the layers, "
+        f"√ of that {math.sqrt(depths[-1] / depths[0]):.1f}×) the activation peak grows "
+        + ", ".join(f"{growth[m]:.1f}× for {LABELS[m]}" for m in METHODS) + ".\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--write", action="store_true", help="measure, write the JSON record, render")
+    what.add_argument("--render", action="store_true", help="render the PNG and the table from the JSON record")
+    ap.add_argument("--blocks", type=int, nargs="+", default=list(BLOCKS), help="bottlenecks per stage")
+    args = ap.parse_args(argv)
+    json_path = OUT.with_suffix(".json")
+    if args.write:
+        tmp = json_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(sweep(tuple(args.blocks)), indent=1) + "\n")
+        tmp.replace(json_path)
+    render(load(json_path))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Generated artefacts included into the hand-written docs, so no table there is typed by hand.
+
+A doc marks each inclusion with two comments; everything between them is the file's content:
+
+    <!-- include: paper_figures/table1.md -->
+    ...rewritten by `python -m experiments.docs`...
+    <!-- end include -->
+
+    python -m experiments.docs            # rewrite DOCS (the notebook stage of scripts/paper_figures.sh does)
+    python -m experiments.docs --check    # exit 1 naming each doc whose included parts are stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+__all__ = ["DOCS", "MissingInclude", "render", "stale", "update"]
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "paper_figures/README.md")
+_BLOCK = re.compile(r"(<!-- include: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- end include -->)", re.S)
+
+
+class MissingInclude(FileNotFoundError):
+    """A doc includes a file that does not exist."""
+
+
+def render(text: str, root: Path = ROOT) -> str:
+    """``text`` with the body of every include block replaced by its file (paths relative to ``root``)."""
+    def body(m: re.Match[str]) -> str:
+        path = root / m["path"]
+        if not path.is_file():
+            raise MissingInclude(f"{m['path']} (included by a doc) does not exist: run STAGES=notebook bash scripts/paper_figures.sh")
+        content = path.read_text()
+        return m.group(1) + content + ("" if content.endswith("\n") else "\n") + m.group(4)
+
+    return _BLOCK.sub(body, text)
+
+
+def stale(root: Path = ROOT, docs: tuple[str, ...] = DOCS) -> list[str]:
+    """The docs whose include blocks differ from the files they include."""
+    return [d for d in docs if render((root / d).read_text(), root) != (root / d).read_text()]
+
+
+def update(root: Path = ROOT, docs: tuple[str, ...] = DOCS) -> list[str]:
+    """Rewrite the include blocks of ``docs``; returns the docs that changed."""
+    changed = stale(root, docs)
+    for d in changed:
+        path = root / d
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(render(path.read_text(), root))
+        tmp.replace(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only report stale docs (exit 1 if any)")
+    args = ap.parse_args(argv)
+    if args.check:
+        bad = stale()
+        if bad:
+            sys.exit(f"stale include blocks in {', '.join(bad)}: run python -m experiments.docs")
+        return
+    for d in update():
+        print(f"rewrote the include blocks of {d}")
+
+
+if __name__ == "__main__":
+    main()
