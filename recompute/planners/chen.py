@@ -65,7 +65,7 @@ def _check_budget(p: Plan, budget: int | None) -> Plan:
 
 
 @register("chen")
-def chen(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+def chen(g: Graph, *, budget: int | None = None) -> Plan:
     """Chen's √n rule (§4.3 of Chen et al.): ≈ √n segments of ≈ √n nodes each.
 
     For each j = 1 … k−1 with k = round(√#V), the split candidate whose |L_v| is closest to j·#V/k ends
@@ -105,7 +105,7 @@ def _algorithm3(g: Graph, cands: set[int], b: float) -> tuple[int, int, list[int
 
 
 @register("chen_greedy")
-def chen_greedy(g: Graph, *, budget: int | None = None, strategy: str | None = None, grid: int = 6) -> Plan:
+def chen_greedy(g: Graph, *, budget: int | None = None, grid: int = 6) -> Plan:
     """Algorithm 3 of Chen et al. with the budget search of their appendix.
 
     Run Algorithm 3 with b = 0 to get x and y, then with b = √(x·y) and on a ``grid``-point grid over
