@@ -354,7 +354,7 @@ def retention(net: str, batch_size: int | None = None) -> dict[str, Any]:
     segmentation can cut, so few candidates mean few, large segments).
     """
     import recompute
-    from recompute.planners.chen import split_candidates
+    from recompute.lowerset import split_candidates
 
     spec = nets.spec(net)
     model, inputs = nets.build(net, batch_size=batch_size or spec.batch_size, fake_inputs=True)

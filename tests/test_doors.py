@@ -194,3 +194,20 @@ def test_the_defaults_are_the_planners_for_every_door():
     assert (through.lower_sets, through.peak, through.strategy) == (direct.lower_sets, direct.peak, direct.strategy)
     backend = recompute.backend()
     assert (backend.method, backend.strategy, backend.plan_options) == ("approxdp", None, {})
+
+
+def method_table() -> str:
+    """The README's table of planners, as the registry states them."""
+    rows = ["| planner | strategy | options (default) | own schedule | doors it refuses |", "|---|---|---|---|---|"]
+    for name in PLANNERS:
+        s = spec(name)
+        options = ", ".join(f"`{k}={v!r}`" for k, v in s.defaults.items()) or "–"
+        refused = ", ".join(f"{d.value} ({why})" for d, why in s.refuses.items()) or "none"
+        rows.append(f"| `{name}` | {'tc / mc' if s.takes_strategy else '–'} | {options} | "
+                    f"{'yes' if s.emits_schedule else 'no'} | {refused} |")
+    return "\n".join(rows)
+
+
+def test_the_readme_method_table_is_the_registry():
+    table = method_table()
+    assert table in (ROOT / "README.md").read_text(), f"README's method table should read:\n{table}"
