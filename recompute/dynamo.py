@@ -53,7 +53,7 @@ from .fxnodes import is_random, output_tensors
 from .graph import Graph
 from .joint import JointProgram
 from .plan import Door, Plan, plan, spec
-from .schedule import Instance, Schedule, canonical
+from .schedule import Instance, Schedule
 from .simulate import simulate
 from .trace import Program, graph_of
 from .validate import check_budget, check_cost_model
@@ -118,7 +118,7 @@ class Backend:
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         g = graph_of(joint, cost_model=self.cost_model)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-        s = _kept_from_forward(g.program, p.schedule if p.schedule is not None else canonical(g, p.lower_sets))
+        s = _kept_from_forward(g.program, p.runs(g))
         fw, bw, saved = _split(g.program, s, num_fwd_outputs)
         self.partitions.append(Partition(graph=g, plan=p, schedule=s, saved=saved,
                                          saved_bytes=activation_bytes([joint.node(n) for n in saved]),

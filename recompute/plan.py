@@ -11,7 +11,8 @@ from typing import Any, Callable, Mapping, Sequence
 from . import baselines, lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
-from .schedule import Schedule
+from .schedule import Schedule, canonical
+from .simulate import simulate
 from .validate import check_budget, check_graph, check_options, keyword_options
 
 __all__ = ["Plan", "PlannerSpec", "Door", "Unserved", "InfeasibleBudget", "register", "plan", "methods", "spec",
@@ -79,9 +80,6 @@ class Plan:
         seq = [frozenset(s) for s in seq]
         lowerset.check_sequence(g, seq)
         if memory_model == "simulator":
-            from .schedule import canonical
-            from .simulate import simulate
-
             peak = simulate(g.program, canonical(g, seq)).peak
         else:
             peak = lowerset.peak(g, seq, memory_model)
@@ -96,6 +94,17 @@ class Plan:
             info=dict(info),
             memory_model=memory_model,
         )
+
+    def runs(self, graph: Graph) -> Schedule:
+        """The schedule that runs ``graph`` under this plan: the planner's own (``schedule``), or the
+        canonical schedule of the lower sets (:func:`recompute.schedule.canonical`), built once. The one
+        builder every consumer calls: :func:`simulated_peak`, :mod:`recompute.execute`, :mod:`recompute.dynamo`."""
+        if self.schedule is not None:
+            return self.schedule
+        built = self.__dict__.get("_canonical")
+        if built is None or built[0] is not graph:
+            built = self.__dict__["_canonical"] = (graph, canonical(graph, self.lower_sets))
+        return built[1]
 
     @property
     def blocks(self) -> list[frozenset[int]]:
@@ -249,10 +258,7 @@ def spec(method: Any) -> PlannerSpec:
 def simulated_peak(graph: Graph, p: Plan) -> int:
     """Exact peak (bytes) of the schedule of ``p`` (its canonical one for a lower-set plan) as
     :mod:`recompute.execute` runs it."""
-    from .schedule import canonical
-    from .simulate import simulate
-
-    return simulate(graph.program, p.schedule if p.schedule is not None else canonical(graph, p.lower_sets)).peak
+    return simulate(graph.program, p.runs(graph)).peak
 
 
 def plan(
