@@ -21,6 +21,7 @@ import recompute
 from experiments import config, results, runner
 from experiments.record import RunRecord, Status
 from recompute import baselines, nets
+from recompute.plan import spec as planner_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -192,7 +193,7 @@ def test_keys_of_stored_records_are_stable():
     # (the fixture's vanilla and Chen records predate dropping memory_model from their key, so only DPs)
     for path in sorted(FIXTURE.glob("*.json")):
         c = results.find(FIXTURE, path.stem).config
-        if c["method"]["planner"] not in config.MEMORY_MODEL_PLANNERS:
+        if not planner_spec(c["method"]["planner"]).simulator_default:
             continue
         flat = {"net": c["net"], "method": c["method"]["name"], **{f"timing.{k}": v for k, v in c["timing"].items()},
                 **{k: v for k, v in c.items() if k not in ("net", "method", "timing")}}
