@@ -2,9 +2,11 @@
 
 The YAML files under ``conf/`` are merged into these dataclasses, so OmegaConf checks every value's
 type while Hydra composes: an unknown key fails with ``Key '...' is not in struct`` and a value
-outside a closed set (a net, a planner, a device, ...) with ``Invalid value '...', expected one of
+outside a closed set (a net, a device, ...) with ``Invalid value '...', expected one of
 [...]`` and its ``full_key``. :func:`to_experiment` adds what types cannot express (ranges, a CUDA
-device that exists, planner options the planner takes, a writable results store) and raises one
+device that exists, a planner of the registry that serves the app with the strategy and options it
+takes — :mod:`recompute.plan`, read when checked, so a planner registered later is offered too —,
+a writable results store) and raises one
 :class:`ConfigError` that lists every such mistake, before any work.
 """
 
@@ -21,16 +23,15 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-import recompute
-from recompute import nets
-from recompute.validate import check_method
+from recompute import baselines, nets
+from recompute.plan import Door, methods, spec
 
 from .results import StoreError, check_writable
 
 __all__ = [
-    "Device", "TimeBackend", "CostModel", "MemoryModel", "Strategy", "WandbMode", "NetName", "Planner",
+    "Device", "TimeBackend", "CostModel", "MemoryModel", "Strategy", "WandbMode", "NetName",
     "NetConfig", "MethodConfig", "LoggerConfig", "TimingConfig", "AppConfig",
-    "register_configs", "to_experiment", "plan_options", "ConfigError", "experiment_dict", "experiment_key", "GIB",
+    "register_configs", "to_experiment", "plan_options", "is_baseline", "uses_memory_model", "ConfigError", "experiment_dict", "experiment_key", "GIB",
 ]
 
 GIB = 2**30  # budget_gb and device_memory_gb are in GiB
@@ -60,11 +61,8 @@ class CostModel(StrEnum):
     measured = "measured"
 
 
-MEMORY_MODEL_PLANNERS = ("exactdp", "approxdp", "exhaustive")  # the planners that take memory_model
-
-
 class MemoryModel(StrEnum):
-    """The DP planners' memory model: the simulator itself (``recompute.blockcost``: the plan's peak is
+    """The memory model of the planners that search under one (``recompute.plan.spec(m).simulator_default``): the simulator itself (``recompute.blockcost``: the plan's peak is
     the measured one), the paper's eq. (2), or its liveness variant (``recompute.lowerset.block_memory``)."""
 
     simulator = "simulator"
@@ -88,7 +86,6 @@ class WandbMode(StrEnum):
 # The closed sets the library defines, as enums, so OmegaConf lists them when a value is wrong.
 # ``module`` makes them picklable for the joblib and submitit launchers.
 NetName = StrEnum("NetName", {n: n for n in nets.names()}, module=__name__)
-Planner = StrEnum("Planner", {m: m for m in recompute.methods()}, module=__name__)
 
 
 @dataclass
@@ -105,7 +102,7 @@ class MethodConfig:
     """A planning method: config name (``approxdp_tc``), planner, DP strategy, extra planner options."""
 
     name: str = MISSING
-    planner: Planner = MISSING
+    planner: str = MISSING  # a registered planner or baseline: checked against the registries, not a frozen list
     strategy: Optional[Strategy] = None
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -143,7 +140,7 @@ class AppConfig:
     input_size: int = "${net.input_size}"  # type: ignore[assignment]
     device: Device = Device.auto
     cost_model: CostModel = CostModel.paper
-    memory_model: MemoryModel = MemoryModel.simulator  # used by the DP planners (exactdp, approxdp, exhaustive)
+    memory_model: MemoryModel = MemoryModel.simulator  # for the planners that search under one (uses_memory_model)
     budget_gb: Optional[float] = None  # None: the planner's smallest feasible budget
     device_memory_gb: Optional[float] = None  # a cap: runs predicted/measured above it are status=oom
     iterations: int = 3
@@ -207,20 +204,44 @@ def _device_problems(exp: AppConfig) -> list[str]:
             for key, (value, allowed) in asked.items() if value.value == "cuda"]
 
 
+def is_baseline(exp: AppConfig) -> bool:
+    """Whether the method is one of PyTorch's own (:mod:`recompute.baselines`): it wraps the model, no plan."""
+    return exp.method.planner in baselines.names()
+
+
+def uses_memory_model(exp: AppConfig) -> bool:
+    """Whether the planner searches under a memory model (the registry's ``simulator_default``): it gets
+    ``memory_model``, which is then part of the experiment; the others plan the same under any."""
+    return exp.method.planner in methods() and spec(exp.method.planner).simulator_default
+
+
 def plan_options(exp: AppConfig) -> dict[str, Any]:
-    """The keyword options ``recompute.plan`` gets: ``method.options`` plus the DP planners' memory model."""
+    """The keyword options ``recompute.plan`` (or the baseline) gets: ``method.options``, plus the
+    memory model for the planners that search under one."""
     options = dict(exp.method.options)
-    if exp.method.planner.value in MEMORY_MODEL_PLANNERS:
+    if uses_memory_model(exp):
         options.setdefault("memory_model", exp.memory_model.value)
     return options
 
 
 def _method_problems(exp: AppConfig) -> list[str]:
-    """Planner options the planner does not take, or of the wrong type (``+method.options.<name>=...``)."""
-    try:
-        check_method(exp.method.planner.value, None, plan_options(exp))
-    except (TypeError, ValueError) as e:
-        return [f"method.options ({exp.method.name}): {e}"]
+    """What the registries refuse, each under the key it comes from: a planner that is not registered
+    or cannot serve the app (``method.planner``), a strategy it does not take (``method.strategy``),
+    an option it does not take or of the wrong type (``+method.options.<name>=...``)."""
+    name, strategy = exp.method.planner, exp.method.strategy.value if exp.method.strategy is not None else None
+    if name in baselines.names():
+        entry = baselines.spec(name)
+        checks = {"method.strategy": lambda: entry.check(strategy=strategy),
+                  "method.options": lambda: entry.check(options=plan_options(exp))}
+    else:
+        checks = {"method.planner": lambda: spec(name).check(Door.app),
+                  "method.strategy": lambda: spec(name).check(Door.app, strategy=strategy),
+                  "method.options": lambda: spec(name).check(Door.app, options=plan_options(exp))}
+    for key, check in checks.items():
+        try:
+            check()
+        except (TypeError, ValueError) as e:
+            return [f"{key} ({exp.method.name}): {e}"]
     return []
 
 
@@ -259,7 +280,7 @@ def experiment_dict(exp: AppConfig) -> dict[str, Any]:
     for key in ("logger", "results_dir", "skip_existing"):
         d.pop(key)
     d["net"] = d["net"]["name"]  # its default sizes are already resolved into batch_size/input_size
-    if exp.method.planner.value not in MEMORY_MODEL_PLANNERS:
+    if not uses_memory_model(exp):
         d.pop("memory_model")  # vanilla and Chen plan the same under either model: one record, not two
     d["device"] = memory_backend(exp.device)
     d["timing"]["backend"] = time_backend(exp)

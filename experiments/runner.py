@@ -32,13 +32,12 @@ from recompute import nets
 from recompute.baselines import Unsupported
 from recompute.exactness import compare
 from recompute.measure import default_loss
-from recompute.plan import spec
 from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.exhaustive import GraphTooLarge
 
 from . import results
-from .config import (GIB, MEMORY_MODEL_PLANNERS, AppConfig, experiment_dict, experiment_key, memory_backend,
-                     plan_options, time_backend)
+from .config import (GIB, AppConfig, experiment_dict, experiment_key, is_baseline, memory_backend, plan_options,
+                     time_backend, uses_memory_model)
 from .record import RecordError, RunRecord, Status
 from .tracking import wandb_run
 
@@ -96,21 +95,23 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
-    return recompute.plan(graph, exp.method.planner.value, strategy=strategy, budget=budget, **plan_options(exp))
-
-
-def _is_baseline(exp: AppConfig) -> bool:
-    return spec(exp.method.planner.value).wraps
+    return recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
 
 
 def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:
     """The model wrapped by the baseline ``exp`` names, with its options."""
-    return recompute.optimize(model, method=exp.method.planner.value, **plan_options(exp))
+    return recompute.optimize(model, method=exp.method.planner, **plan_options(exp))
 
 
-def _check_exactness(exp: AppConfig, rec: RunRecord, model: torch.nn.Module, inputs: tuple, runner) -> None:
-    """How one step of ``runner`` compares with plain training (vanilla is plain training)."""
-    if exp.method.planner.value != "vanilla":
+def _recomputes_nothing(plan: recompute.Plan) -> bool:
+    """A plan whose step is plain training's (vanilla's): one block, no schedule of its own."""
+    return plan.schedule is None and not plan.recomputed()
+
+
+def _check_exactness(exp: AppConfig, rec: RunRecord, model: torch.nn.Module, inputs: tuple, runner,
+                     plan: recompute.Plan | None = None) -> None:  # fmt: skip
+    """How one step of ``runner`` compares with plain training (a plan that recomputes nothing is it)."""
+    if plan is None or not _recomputes_nothing(plan):
         rec.exactness = _timed(f"exactness of {exp.method.name}", compare, model, runner, inputs, seed=exp.seed).summary()
 
 
@@ -146,7 +147,7 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
         vanilla = None
         rec.set_vanilla_oom(e, sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]))
 
-    if _is_baseline(exp):
+    if is_baseline(exp):
         wrapped = _baseline(exp, model)
         method = _timed(f"measure {exp.method.name}", _measure, exp, model, inputs, backend, wrapped)
         rec.set_method(method, vanilla, cap)
@@ -162,13 +163,13 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
         rec.end(Status.oom, f"predicted {rec.predicted_total_bytes} B > device_memory_gb cap {cap} B")
         return vanilla, None
 
-    if exp.method.planner.value == "vanilla" and vanilla is not None:
+    if _recomputes_nothing(plan) and vanilla is not None:
         method = vanilla  # the same step: measuring it twice would only cost time
     else:
         executor = recompute.execute(graph, plan)
         method = _timed(f"measure {exp.method.name}", _measure, exp, model, inputs, backend, executor, int(plan.peak))
         if backend != "fake":
-            _check_exactness(exp, rec, model, inputs, executor)
+            _check_exactness(exp, rec, model, inputs, executor, plan)
     rec.set_method(method, vanilla, cap)
     return vanilla, method
 
@@ -177,7 +178,7 @@ def _time_stage(exp: AppConfig, rec: RunRecord, backend: str, batch: int, size: 
     """Vanilla and method timings with their own trace and plan (a different backend or size); the
     exactness check where the memory backend had no values (``fake``)."""
     model, inputs = _setup(exp, backend, batch, size)
-    if _is_baseline(exp):
+    if is_baseline(exp):
         wrapped = _baseline(exp, model)
         vanilla = _timed(f"time vanilla on {backend}", _measure, exp, model, inputs, backend)
         method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, wrapped)
@@ -193,7 +194,7 @@ def _time_stage(exp: AppConfig, rec: RunRecord, backend: str, batch: int, size: 
     vanilla = _timed(f"time vanilla on {backend}", _measure, exp, model, inputs, backend)
     method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, executor)
     if rec.exactness is None:
-        _check_exactness(exp, rec, model, inputs, executor)
+        _check_exactness(exp, rec, model, inputs, executor, plan)
     return vanilla, method
 
 
@@ -216,15 +217,14 @@ def is_oom(e: BaseException) -> bool:
 def new_record(exp: AppConfig) -> RunRecord:
     """The record of ``exp`` before it runs: what runs, where, and with which code."""
     mem, tb = memory_backend(exp.device), time_backend(exp)
-    dp = exp.method.planner.value in MEMORY_MODEL_PLANNERS
     return RunRecord(
         key=experiment_key(exp), net=exp.net.name.value, method=exp.method.name,
-        planner=exp.method.planner.value, strategy=exp.method.strategy.value if exp.method.strategy else None,
+        planner=exp.method.planner, strategy=exp.method.strategy.value if exp.method.strategy else None,
         batch_size=exp.batch_size, input_size=exp.input_size, device=exp.device.value,
         memory_backend=mem, time_backend=tb,
         time_batch_size=(exp.timing.batch_size or exp.batch_size) if tb else None,
         time_input_size=(exp.timing.input_size or exp.input_size) if tb else None,
-        cost_model=exp.cost_model.value, memory_model=exp.memory_model.value if dp else None,
+        cost_model=exp.cost_model.value, memory_model=exp.memory_model.value if uses_memory_model(exp) else None,
         seed=exp.seed, iterations=exp.iterations, warmup=exp.warmup,
         device_memory_bytes=int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None,
         config=experiment_dict(exp), git_commit=git_commit(), torch_version=torch.__version__,

@@ -8,7 +8,7 @@
     c = torch.compile(model, backend=recompute.backend("approxdp"))  # our plan partitions the joint graph
 """
 
-from . import lowerset
+from . import lowerset, planners  # noqa: F401  (importing the planners registers them)
 from .dynamo import backend
 from .execute import Executor, execute
 from .graph import Graph

@@ -12,8 +12,10 @@ methods a user reaches for without us,
 * ``torch_compile_budget`` — ``torch.compile`` with the min-cut partitioner under
   ``torch._functorch.config.activation_memory_budget``.
 
-Each is registered with :func:`recompute.plan.register` (``wraps=True``), so its options are checked
-like a planner's; :func:`recompute.optimize` returns a :class:`BaselineModule`. None of them is exact
+Each is registered here (:func:`baseline`), in a registry of its own beside the planners' (they plan
+nothing); its options are read off its signature and checked like a planner's
+(:func:`recompute.validate.check_options`), and :func:`recompute.optimize` returns a
+:class:`BaselineModule`. None of them is exact
 the way an executed plan is: the checkpoint variants update BatchNorm statistics again when they
 recompute, and compiled code draws dropout masks from its own generator
 (:func:`recompute.exactness.compare` reports it).
@@ -24,20 +26,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import fx, nn
 from torch.utils.checkpoint import (CheckpointPolicy, checkpoint, checkpoint_sequential,
                                     create_selective_checkpoint_contexts)
 
-from .plan import register
+from .validate import check_options, keyword_options
 
-__all__ = ["BaselineModule", "Unsupported", "UnsupportedBackend", "NoBlocks", "blocks", "BACKENDS", "COMPILE_BACKENDS"]
+__all__ = ["Baseline", "BaselineModule", "Unsupported", "UnsupportedBackend", "NoBlocks", "blocks", "names", "spec",
+           "COMPILE_BACKENDS"]
 
 Forward = Callable[..., Any]  # the training forward of a wrapped model: inputs → outputs
 
-BACKENDS: dict[str, tuple[str, ...]] = {}  # baseline → the measure backends that can run it
 COMPILE_BACKENDS = ("inductor", "aot_eager_decomp_partition")  # torch.compile backends with the min-cut partitioner
 
 
@@ -57,14 +60,53 @@ class NoBlocks(Unsupported):
     """``torch_checkpoint_blocks`` on a model in which it recognises no block."""
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """A registered baseline: ``fn(model, **options) -> forward``, the options it takes with their
+    defaults (read off its signature), and the measurement backends that can run it."""
+
+    name: str
+    fn: Callable[..., Forward]
+    defaults: Mapping[str, Any]
+    backends: tuple[str, ...]
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(self.defaults)
+
+    def check(self, *, strategy: Any = None, budget: Any = None, options: Mapping[str, Any] | None = None) -> None:
+        """Refuse a strategy, a budget or an option it does not take, before any work."""
+        takes = ", ".join(self.defaults) or "none"
+        for arg, value in (("strategy", strategy), ("budget", budget)):
+            if value is not None:
+                raise TypeError(f"{self.name!r} is one of PyTorch's own methods and takes no {arg} (it plans nothing; "
+                                f"got {arg}={value!r}); its options: {takes}")
+        check_options(f"baseline {self.name!r}", self.defaults, options or {})
+
+
+_REGISTRY: dict[str, Baseline] = {}
+
+
 def baseline(name: str, *, backends: tuple[str, ...] = ("cpu", "cuda", "fake")) -> Callable[[Callable[..., Forward]], Callable[..., Forward]]:
     """Register ``fn(model, **options) -> forward`` as baseline ``name``, measurable on ``backends``."""
 
     def deco(fn: Callable[..., Forward]) -> Callable[..., Forward]:
-        BACKENDS[name] = backends
-        return register(name, wraps=True)(fn)
+        _REGISTRY[name] = Baseline(name, fn, keyword_options(fn), backends)
+        return fn
 
     return deco
+
+
+def names() -> list[str]:
+    """The registered baselines (PyTorch's own methods)."""
+    return sorted(_REGISTRY)
+
+
+def spec(name: str) -> Baseline:
+    """The registry entry of baseline ``name``; ValueError naming the registered ones otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(names())}")
+    return _REGISTRY[name]
 
 
 class BaselineModule(nn.Module):
@@ -78,7 +120,7 @@ class BaselineModule(nn.Module):
     def __init__(self, model: nn.Module, method: str, forward: Forward):
         super().__init__()
         self.model, self.method, self._train_forward = model, method, forward
-        self.backends = BACKENDS[method]
+        self.backends = _REGISTRY[method].backends
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         if not (self.training and torch.is_grad_enabled()):

@@ -52,11 +52,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from .fxnodes import is_random, output_tensors
 from .graph import Graph
 from .joint import JointProgram
-from .plan import Plan, plan, spec
-from .schedule import Instance, Schedule, canonical
+from .plan import Door, Plan, plan, spec
+from .schedule import Instance, Schedule
 from .simulate import simulate
 from .trace import Program, graph_of
-from .validate import check_budget, check_cost_model, check_method
+from .validate import check_budget, check_cost_model
 
 __all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes"]
 
@@ -118,7 +118,7 @@ class Backend:
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         g = graph_of(joint, cost_model=self.cost_model)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-        s = _kept_from_forward(g.program, p.schedule if p.schedule is not None else canonical(g, p.lower_sets))
+        s = _kept_from_forward(g.program, p.runs(g))
         fw, bw, saved = _split(g.program, s, num_fwd_outputs)
         self.partitions.append(Partition(graph=g, plan=p, schedule=s, saved=saved,
                                          saved_bytes=activation_bytes([joint.node(n) for n in saved]),
@@ -317,29 +317,23 @@ def _out(o: Any, env: dict[Instance, fx.Node]) -> Any:
 def backend(
     method: str = "approxdp",
     *,
-    strategy: str | None = "tc",
+    strategy: str | None = None,
     budget: int | None = None,
     runtime: str = "eager",
     cost_model: str = "paper",
-    memory_model: str = "liveness",
     **plan_options: Any,
 ) -> Backend:
     """A ``torch.compile`` backend that trains with the plan of ``method`` (see the module docstring).
 
     The arguments are :func:`recompute.optimize`'s: ``budget`` in bytes bounds the simulated peak of
-    each compiled graph (None: the smallest feasible); ``memory_model`` applies to the planners that
-    take one. ``runtime`` is ``"eager"`` (op by op, no compiler needed) or ``"inductor"``. Checked
-    here, so that a bad option fails before compiling; planning happens when dynamo compiles.
+    each compiled graph (None: the smallest feasible); ``strategy`` and ``plan_options`` are the
+    planner's, its own defaults where not given. ``runtime`` is ``"eager"`` (op by op, no compiler
+    needed) or ``"inductor"``. Checked here, so that a bad option fails before compiling; planning
+    happens when dynamo compiles.
     """
     check_budget(budget)
     check_cost_model(cost_model)
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
-    check_method(method, strategy, plan_options)
-    if spec(method).wraps:
-        raise ValueError(f"{method!r} is one of PyTorch's own checkpointing methods, not a planner: it "
-                         "cannot partition a joint graph; use recompute.optimize(model, method=...) for it")
-    if "memory_model" in spec(method).options:
-        plan_options["memory_model"] = memory_model
-        check_method(method, strategy, plan_options)
+    spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)
     return Backend(method, strategy, budget, runtime, cost_model, plan_options)

@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_unflatten
 from .fxnodes import is_random
 from .graph import Graph
 from .plan import Plan
-from .schedule import Instance, Schedule, canonical
+from .schedule import Instance, Schedule
 from .trace import Program
 
 __all__ = ["execute", "Executor", "module_state"]
@@ -185,7 +185,7 @@ class Executor:
         self.graph, self.plan, self.module = graph, plan, module
         self.program: Program = graph.program
         if schedule is None:
-            schedule = plan.schedule if plan.schedule is not None else canonical(graph, plan.lower_sets)
+            schedule = plan.runs(graph)
         self.schedule = schedule
         self.program.buffers_inv = {fqn: name for name, fqn in self.program.buffers.items()}
         self.param_order = list(dict.fromkeys(self.program.params.values()))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import AbstractSet, Iterable, Sequence
 
+import numpy as np
+
 from .graph import Graph
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "block_memory",
     "peak",
     "pruned_lower_sets",
+    "split_candidates",
     "gradient_allowance",
     "MEMORY_MODELS",
     "DP_MEMORY_MODELS",
@@ -160,3 +163,24 @@ def pruned_lower_sets(g: Graph) -> list[frozenset[int]]:
     """The pruned family {L_v | v ∈ V} of §4.3, L_v = v and everything that reaches v."""
     a = g.ancestors_mask()
     return [frozenset(map(int, a[v].nonzero()[0])) for v in range(g.n)]
+
+
+def split_candidates(g: Graph) -> list[int]:
+    """Nodes v with ∂(L_v) = {v} that read some other node, in topological order (by |L_v|): the
+    nodes every input-to-output path passes through, where Chen et al. (2016) end a segment
+    (:mod:`recompute.planners.chen`) and Revolve's chain has its steps (:mod:`recompute.multirecompute`).
+
+    A source is left out: the network's inputs are not in V, so a source is the first operation on
+    an input, and ending a segment there keeps the rest of the graph in one segment. This is what
+    makes Fig. 2 (a skip from the first node to the last) unsegmentable, as the paper says.
+    """
+    a = g.ancestors_mask()  # row v: L_v
+    succ = np.zeros((g.n, g.n), dtype=np.float32)
+    for u, w in g.edges:
+        succ[u, w] = 1.0
+    # reads_out[u, v] > 0 iff some successor of u lies outside L_v, i.e. u ∈ ∂(L_v) when u ∈ L_v.
+    reads_out = (succ @ (~a).T.astype(np.float32)) > 0
+    in_boundary = a.T & reads_out  # [u, v]: u ∈ ∂(L_v)
+    only_self = in_boundary.sum(axis=0) == 1
+    cands = [v for v in range(g.n) if only_self[v] and in_boundary[v, v] and g.preds[v]]
+    return sorted(cands, key=lambda v: int(a[v].sum()))

@@ -6,12 +6,13 @@ from typing import Any
 
 import torch
 
+from . import baselines
 from .baselines import BaselineModule
 from .execute import Executor
 from .graph import Graph
-from .plan import Plan, plan, spec
+from .plan import Door, Plan, plan, spec
 from .trace import trace
-from .validate import check_budget, check_inputs, check_method, check_model
+from .validate import check_budget, check_cost_model, check_inputs, check_model
 
 __all__ = ["optimize", "RecomputeModule"]
 
@@ -87,17 +88,19 @@ def optimize(
     example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     *,
     method: str = "approxdp",
-    strategy: str | None = "tc",
+    strategy: str | None = None,
     budget: int | None = None,
     cost_model: str = "paper",
-    memory_model: str = "liveness",
     **plan_options: Any,
 ) -> RecomputeModule | BaselineModule:
-    """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP,
-    time-centric, at the smallest feasible budget when ``budget`` is None).
+    """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP, at
+    the smallest feasible budget when ``budget`` is None).
 
-    ``memory_model`` applies to the DP methods: ``"liveness"`` (default) plans with what autograd
-    really keeps, ``"paper"`` with the paper's eq. (2) (see :func:`recompute.lowerset.block_memory`).
+    ``strategy`` and ``plan_options`` are the planner's (``recompute.plan.spec(method)``): a planner
+    takes only what its registry entry lists, and one it does not take is refused here, naming it.
+    What is not given takes the planner's own default, the same as through :func:`recompute.plan`,
+    :func:`recompute.backend` and the app (the DPs: ``strategy="tc"``, ``memory_model`` the
+    simulator, so that the plan's peak is the simulated one of the step that runs).
 
     A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
@@ -112,18 +115,14 @@ def optimize(
     check_model(model)
     check_inputs(example_inputs, allow_none=True)
     check_budget(budget)
-    check_method(method, strategy, plan_options)
-    if spec(method).wraps:
-        if budget is not None:
-            raise ValueError(f"{method!r} takes no budget in bytes (it plans nothing); its options: "
-                             f"{', '.join(spec(method).options) or 'none'}")
-        base = BaselineModule(model, method, spec(method).fn(model, **plan_options))
+    check_cost_model(cost_model)
+    if method in baselines.names():
+        entry = baselines.spec(method)
+        entry.check(strategy=strategy, budget=budget, options=plan_options)
+        base = BaselineModule(model, method, entry.fn(model, **plan_options))
         base.train(model.training)
         return base
-    if method in ("vanilla", "chen", "chen_greedy"):
-        strategy = None
-    else:
-        plan_options["memory_model"] = memory_model
+    spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
                               cost_model=cost_model, plan_options=plan_options)
     wrapped.train(model.training)

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from enum import StrEnum
+from typing import Any, Callable, Mapping, Sequence
 
-from . import lowerset
+from . import baselines, lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
-from .schedule import Schedule
-from .validate import check_budget, check_graph, check_method
+from .schedule import Schedule, canonical
+from .simulate import simulate
+from .validate import check_budget, check_graph, check_options, keyword_options
 
-if TYPE_CHECKING:
-    from .schedule import Schedule
-
-__all__ = ["Plan", "PlannerSpec", "InfeasibleBudget", "register", "plan", "methods", "spec", "simulated_peak", "STRATEGIES"]
+__all__ = ["Plan", "PlannerSpec", "Door", "Unserved", "InfeasibleBudget", "register", "plan", "methods", "spec",
+           "simulated_peak", "STRATEGIES"]
 
 STRATEGIES = ("tc", "mc")
 
@@ -81,9 +80,6 @@ class Plan:
         seq = [frozenset(s) for s in seq]
         lowerset.check_sequence(g, seq)
         if memory_model == "simulator":
-            from .schedule import canonical
-            from .simulate import simulate
-
             peak = simulate(g.program, canonical(g, seq)).peak
         else:
             peak = lowerset.peak(g, seq, memory_model)
@@ -98,6 +94,17 @@ class Plan:
             info=dict(info),
             memory_model=memory_model,
         )
+
+    def runs(self, graph: Graph) -> Schedule:
+        """The schedule that runs ``graph`` under this plan: the planner's own (``schedule``), or the
+        canonical schedule of the lower sets (:func:`recompute.schedule.canonical`), built once. The one
+        builder every consumer calls: :func:`simulated_peak`, :mod:`recompute.execute`, :mod:`recompute.dynamo`."""
+        if self.schedule is not None:
+            return self.schedule
+        built = self.__dict__.get("_canonical")
+        if built is None or built[0] is not graph:
+            built = self.__dict__["_canonical"] = (graph, canonical(graph, self.lower_sets))
+        return built[1]
 
     @property
     def blocks(self) -> list[frozenset[int]]:
@@ -124,72 +131,134 @@ class Plan:
 Planner = Callable[..., Plan]
 
 
+class Door(StrEnum):
+    """The ways a user comes in to have a model planned. ``optimize``, ``backend`` and ``app`` plan
+    through ``plan``, so a planner that refuses ``plan`` refuses them all."""
+
+    plan = "plan"  # recompute.plan(graph, method) and recompute.execute(graph, plan)
+    optimize = "optimize"  # recompute.optimize(model, inputs, method=...)
+    backend = "backend"  # torch.compile(model, backend=recompute.backend(method))
+    app = "app"  # python run.py method=...
+
+
+class Unserved(ValueError):
+    """A door asked for a planner that says in the registry that it cannot serve that door."""
+
+
 @dataclass(frozen=True)
 class PlannerSpec:
-    """A registered planner and what it takes.
+    """A registered planner and everything a door needs to know to call it.
 
     Attributes:
-        fn: ``fn(graph, *, budget=None, strategy=None, **options) -> Plan``.
-        options: the keyword options it accepts besides ``budget`` and ``strategy``.
+        fn: ``fn(graph, *, budget=None, [strategy=None,] **options) -> Plan``.
+        defaults: the keyword options it takes besides ``budget`` and ``strategy``, with their
+            defaults, read off its signature: the one home of every default, the same for every door
+            (``memory_model=None`` is the simulator on a traced graph).
+        takes_strategy: its signature has ``strategy`` (``"tc"``/``"mc"``, §4.4); a door given a
+            strategy for a planner without one refuses it.
+        takes_budget: its signature has ``budget``.
         searches_budget: its plans depend on the budget (the DPs): on a traced graph, :func:`plan`
             tightens the budget it gives the planner until the simulated peak fits the user's.
-        simulator_default: on a traced graph its memory model is the simulator by default
-            (``memory_model="simulator"``): its peak and budget already mean what runs.
-        simulates: on a traced graph the planner itself prices its plan with the simulator and fits
-            the budget (its ``peak`` is already the simulated one): :func:`plan` calls it as is.
-        wraps: a baseline of :mod:`recompute.baselines`, no planner: ``fn(model, **options)`` returns
-            the forward of the model wrapped by one of PyTorch's own methods; :func:`recompute.optimize`
-            runs it, :func:`plan` refuses it.
+        simulator_default: its search prices blocks by ``memory_model``, the simulator by default on a
+            traced graph: its peak and budget already mean what runs (the app passes it its
+            ``memory_model``).
+        emits_schedule: it writes its own :class:`~recompute.schedule.Schedule` (recomputing a value
+            as often as it likes) and prices it with the simulator: :func:`plan` calls it as is.
+        refuses: the doors it cannot serve, each with the reason the door gives.
     """
 
     name: str
     fn: Planner
-    options: tuple[str, ...]
-    searches_budget: bool
+    defaults: Mapping[str, Any]
+    takes_strategy: bool
+    takes_budget: bool
+    searches_budget: bool = False
     simulator_default: bool = False
-    simulates: bool = False
-    wraps: bool = False
+    emits_schedule: bool = False
+    refuses: Mapping[Door, str] = field(default_factory=dict)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The names of its keyword options besides ``budget`` and ``strategy``."""
+        return tuple(self.defaults)
+
+    @property
+    def takes_memory_model(self) -> bool:
+        return "memory_model" in self.defaults
+
+    def serves(self, door: Door) -> bool:
+        return door not in self.refuses and Door.plan not in self.refuses
+
+    def check(self, door: Door, *, strategy: Any = None, budget: Any = None,
+              options: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+        """Refuse, before any work, a door the planner cannot serve, a ``strategy`` or ``budget`` it
+        does not take and any option it does not take or of the wrong kind, naming the planner, the
+        argument and what it does take."""
+        if not self.serves(door):
+            why = self.refuses.get(door) or self.refuses[Door.plan]
+            served = ", ".join(d.value for d in Door if self.serves(d)) or "none"
+            raise Unserved(f"planner {self.name!r} cannot serve the {door.value} door: {why} (it serves: {served})")
+        owner, taken = f"planner {self.name!r}", self._taken()
+        if strategy is not None:
+            if not self.takes_strategy:
+                raise TypeError(f"{owner} has no option 'strategy' (got strategy={strategy!r}); its options: "
+                                f"{', '.join((*taken, *self.defaults)) or 'none'}")
+            if strategy not in STRATEGIES:
+                raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)} (or None)")
+        if budget is not None and not self.takes_budget:
+            raise TypeError(f"{owner} has no option 'budget'; its options: {', '.join(self.defaults) or 'none'}")
+        check_options(owner, self.defaults, options or {}, taken)
+
+    def _taken(self) -> tuple[str, ...]:
+        return (*(("budget",) if self.takes_budget else ()), *(("strategy",) if self.takes_strategy else ()))
+
+    def solve(self, graph: Graph, budget: int | None, strategy: str | None, options: Mapping[str, Any]) -> Plan:
+        """Call the planner with what it takes (``budget``, ``strategy`` only where its signature has them)."""
+        given = {**({"budget": budget} if self.takes_budget else {}),
+                 **({"strategy": strategy} if self.takes_strategy else {})}
+        return self.fn(graph, **given, **options)
 
 
 _REGISTRY: dict[str, PlannerSpec] = {}
 
 
 def register(name: str, *, searches_budget: bool = False, simulator_default: bool = False,
-             simulates: bool = False, wraps: bool = False) -> Callable[[Planner], Planner]:
-    """Register ``fn(graph, *, budget=None, strategy=None, **options) -> Plan`` (with ``wraps``:
-    ``fn(model, **options)``, a baseline) under ``name``; its options are read off its signature."""
+             emits_schedule: bool = False, refuses: Mapping[Door | str, str] | None = None,
+             ) -> Callable[[Planner], Planner]:  # fmt: skip
+    """Register ``fn(graph, *, budget=None, [strategy=None,] **options) -> Plan`` under ``name``; its
+    options and their defaults are read off its signature. ``refuses`` maps each door it cannot serve
+    to the reason. Every door (:class:`Door`) then offers it without further edits."""
 
     def deco(fn: Planner) -> Planner:
         params = inspect.signature(fn).parameters
-        options = tuple(k for k, v in params.items() if v.kind is v.KEYWORD_ONLY and k not in ("budget", "strategy"))
-        _REGISTRY[name] = PlannerSpec(name, fn, options, searches_budget, simulator_default, simulates, wraps)
+        _REGISTRY[name] = PlannerSpec(
+            name, fn, keyword_options(fn, besides=("budget", "strategy")), takes_strategy="strategy" in params,
+            takes_budget="budget" in params, searches_budget=searches_budget, simulator_default=simulator_default,
+            emits_schedule=emits_schedule, refuses={Door(d): why for d, why in (refuses or {}).items()})
         return fn
 
     return deco
 
 
 def methods() -> list[str]:
-    """Names of the registered methods: the planners and PyTorch's own methods (:mod:`recompute.baselines`)."""
-    importlib.import_module(f"{__package__}.planners")  # importing the package registers them
-    importlib.import_module(f"{__package__}.baselines")
+    """Names of the registered planners (PyTorch's own methods are :func:`recompute.baselines.names`)."""
     return sorted(_REGISTRY)
 
 
-def spec(method: str) -> PlannerSpec:
-    """The registry entry of ``method``; ValueError naming the registered ones otherwise."""
-    names = methods()
-    if method not in _REGISTRY:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(names)}")
+def spec(method: Any) -> PlannerSpec:
+    """The registry entry of ``method``; ValueError naming the registered planners otherwise."""
+    if not isinstance(method, str) or method not in _REGISTRY:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(methods())}"
+                         + (f" ({method!r} is not a planner but one of PyTorch's own checkpointing methods: it wraps the "
+                            f"module and plans no schedule; use recompute.optimize(model, inputs, method={method!r}))"
+                            if method in baselines.names() else ""))
     return _REGISTRY[method]
 
 
 def simulated_peak(graph: Graph, p: Plan) -> int:
     """Exact peak (bytes) of the schedule of ``p`` (its canonical one for a lower-set plan) as
     :mod:`recompute.execute` runs it."""
-    from .schedule import canonical
-    from .simulate import simulate
-
-    return simulate(graph.program, p.schedule if p.schedule is not None else canonical(graph, p.lower_sets)).peak
+    return simulate(graph.program, p.runs(graph)).peak
 
 
 def plan(
@@ -214,14 +283,11 @@ def plan(
     """
     check_graph(graph)
     check_budget(budget)
-    check_method(method, strategy, options)
     entry = spec(method)
-    if entry.wraps:
-        raise ValueError(f"{method!r} is one of PyTorch's own checkpointing methods: it wraps the module and "
-                         f"plans no schedule; use recompute.optimize(model, inputs, method={method!r})")
+    entry.check(Door.plan, strategy=strategy, budget=budget, options=options)
     start = time.perf_counter()
-    if graph.program is None or entry.simulates:
-        result = entry.fn(graph, budget=budget, strategy=strategy, **options)
+    if graph.program is None or entry.emits_schedule:
+        result = entry.solve(graph, budget, strategy, options)
     else:
         result = _simulated(graph, entry, budget, strategy, options)
     result.solve_seconds = time.perf_counter() - start
@@ -234,7 +300,7 @@ def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: s
     budget to give the planner whose plan's simulated peak fits it (each probe is one solve)."""
 
     def solve(b: int | None) -> Plan:
-        p = entry.fn(graph, budget=b, strategy=strategy, **options)
+        p = entry.solve(graph, b, strategy, options)
         if p.memory_model == "simulator":
             return p  # costed by the simulator itself: its peak and budget already mean what runs
         p.info["model_peak"], p.info["model"] = p.peak, p.memory_model

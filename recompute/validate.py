@@ -2,8 +2,9 @@
 
 ``recompute.trace``, ``recompute.optimize`` and ``recompute.plan`` call these first, so that a plain
 function where a module belongs, a non-tensor input, a budget given as a string or a misspelt planner
-option is reported as such, before any tracing or solving, instead of surfacing as an unrelated
-``AttributeError`` deep inside ``torch.export`` or a planner (or not at all). Each check raises
+option (:func:`check_options`, called by the registries of :mod:`recompute.plan` and
+:mod:`recompute.baselines`) is reported as such, before any tracing or solving, instead of surfacing
+as an unrelated ``AttributeError`` deep inside ``torch.export`` or a planner (or not at all). Each check raises
 ``TypeError`` for an argument of the wrong kind and ``ValueError`` for a wrong value.
 """
 
@@ -12,20 +13,21 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
 from . import costs, lowerset
 from .graph import Graph
 
-__all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_method", "check_cost_model"]
+__all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_cost_model", "check_options",
+           "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
 _CHOICES: dict[str, tuple[str, ...]] = {"memory_model": lowerset.DP_MEMORY_MODELS}
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
     """``a function 'f'``, ``a str '2GB'``: what the caller passed, briefly."""
     kind = type(value).__name__
     if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
@@ -44,7 +46,7 @@ def check_model(model: Any) -> None:
     if callable(model):
         hint = ("; wrap the function in a module, e.g. class Net(nn.Module): def forward(self, x): return f(x) "
                 "(with its weights as nn.Parameter attributes so that they are trained)")
-    raise TypeError(f"model must be a torch.nn.Module, got {_describe(model)}{hint}")
+    raise TypeError(f"model must be a torch.nn.Module, got {describe(model)}{hint}")
 
 
 def check_inputs(inputs: Any, *, allow_none: bool = False) -> None:
@@ -53,11 +55,11 @@ def check_inputs(inputs: Any, *, allow_none: bool = False) -> None:
         return
     items = (inputs,) if isinstance(inputs, torch.Tensor) else inputs
     if not isinstance(items, (tuple, list)) or not items:
-        raise TypeError(f"example inputs must be a tensor or a non-empty tuple/list of tensors, got {_describe(inputs)}")
+        raise TypeError(f"example inputs must be a tensor or a non-empty tuple/list of tensors, got {describe(inputs)}")
     for i, x in enumerate(items):
         if not isinstance(x, torch.Tensor):
             raise TypeError(
-                f"example input {i} is {_describe(x)}, not a tensor: every argument of the model's forward must be "
+                f"example input {i} is {describe(x)}, not a tensor: every argument of the model's forward must be "
                 "a tensor. Fix non-tensor arguments first, e.g. store them on the module or wrap it: "
                 "class Fixed(nn.Module): def forward(self, x): return model(x, scale=2.0)"
             )
@@ -69,7 +71,7 @@ def check_budget(budget: Any) -> None:
         return
     if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
         hint = "; convert it first, e.g. budget=int(1.5 * 2**30) for 1.5 GiB" if isinstance(budget, str) else ""
-        raise TypeError(f"budget must be a number of bytes (an int) or None, got {_describe(budget)}{hint}")
+        raise TypeError(f"budget must be a number of bytes (an int) or None, got {describe(budget)}{hint}")
     if not math.isfinite(budget) or budget <= 0:
         raise ValueError(f"budget must be a positive number of bytes or None, got {budget!r}")
 
@@ -80,7 +82,7 @@ def check_graph(graph: Any) -> None:
         hint = "; trace the model first: recompute.plan(recompute.trace(model, inputs), ...)" if isinstance(
             graph, torch.nn.Module) else ""
         raise TypeError(f"graph must be a recompute.Graph (from recompute.trace or Graph.from_edges), got "
-                        f"{_describe(graph)}{hint}")
+                        f"{describe(graph)}{hint}")
 
 
 def check_cost_model(cost_model: Any) -> None:
@@ -89,12 +91,11 @@ def check_cost_model(cost_model: Any) -> None:
         raise ValueError(f"unknown cost_model {cost_model!r}; choose one of {', '.join(costs.COST_MODELS)}")
 
 
-def _options_of(method: str) -> dict[str, Any]:
-    """The keyword options of planner ``method`` (besides budget and strategy) and their defaults."""
-    from .plan import spec  # late: plan.py calls into this module
-
-    params = inspect.signature(spec(method).fn).parameters.values()
-    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in ("budget", "strategy")}
+def keyword_options(fn: Callable[..., Any], *, besides: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keyword-only parameters of ``fn`` (but ``besides``) and their defaults: the options a
+    planner or a baseline takes, read off its signature so that no list of them can drift."""
+    params = inspect.signature(fn).parameters.values()
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name not in besides}
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -113,25 +114,21 @@ def _is_count(default: Any) -> bool:
     return isinstance(default, numbers.Integral) and not isinstance(default, bool) and default > 0
 
 
-def check_method(method: Any, strategy: Any = None, options: Mapping[str, Any] | None = None) -> None:
-    """``method`` is a registered planner, ``strategy`` ``tc``/``mc``/None, and every option one the
-    planner takes, of its default's type, a count at least 1, a ``memory_model`` one of its values."""
-    from .plan import STRATEGIES, methods
-
-    names = methods()
-    if method not in names:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(names)}")
-    if strategy is not None and strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)} (or None)")
-    accepted = _options_of(method)
-    for name, value in (options or {}).items():
+def check_options(owner: str, accepted: Mapping[str, Any], options: Mapping[str, Any],
+                  taken: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Every option in ``options`` is one ``owner`` (``"planner 'chen'"``) takes (a key of ``accepted``,
+    whose values are the defaults), of its default's type, a count at least 1, a ``memory_model`` one
+    of its values. The refusal names the owner, the option and what it does take (``taken`` first:
+    the arguments every door passes, like ``budget``)."""
+    for name, value in options.items():
         if name not in accepted:
-            raise TypeError(f"planner {method!r} has no option {name!r}; its options: {', '.join(accepted) or 'none'}")
+            takes = ", ".join((*taken, *accepted)) or "none"
+            raise TypeError(f"{owner} has no option {name!r}; its options: {takes}")
         if name in _CHOICES and value not in _CHOICES[name]:
-            raise ValueError(f"planner {method!r}: {name}={value!r}; choose one of {', '.join(_CHOICES[name])}")
+            raise ValueError(f"{owner}: {name}={value!r}; choose one of {', '.join(_CHOICES[name])}")
         default = accepted[name]
         if not _fits(value, default):
-            raise TypeError(f"planner {method!r}: {name}={value!r} is {_describe(value)}; expected type "
+            raise TypeError(f"{owner}: {name}={value!r} is {describe(value)}; expected type "
                             f"{type(default).__name__}, like its default {default!r}")
         if _is_count(default) and value < 1:  # limits and grid sizes: 0 divides by zero, < 0 means nothing
-            raise ValueError(f"planner {method!r}: {name}={value!r}; must be a positive integer (default {default})")
+            raise ValueError(f"{owner}: {name}={value!r}; must be a positive integer (default {default})")

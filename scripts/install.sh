@@ -14,3 +14,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".[test]"
   touch "$stamp"
 fi
+# numba caches its compiled kernels (cache=True) next to their sources; compile them now, not in the
+# first plan (20-30 s), and again whenever a kernel's source changed since the last warm-up
+warm=recompute/__pycache__/.numba-warm  # beside the cache it stands for: cleaning one cleans both
+if [ ! -f "$warm" ] || [ -n "$(find recompute -name '*.py' -newer "$warm" -exec grep -l 'numba.njit' {} +)" ]; then
+  .venv/bin/python scripts/warm_numba.py && mkdir -p recompute/__pycache__ && touch "$warm"
+fi

@@ -20,7 +20,8 @@ from hydra.errors import HydraException
 import recompute
 from experiments import config, results, runner
 from experiments.record import RunRecord, Status
-from recompute import nets
+from recompute import baselines, nets
+from recompute.plan import spec as planner_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -63,7 +64,7 @@ def test_every_net_and_method_composes(tmp_path, net):
     for method in METHODS:
         exp = _experiment(tmp_path, f"net={net}", f"method={method}")
         assert exp.net.name == net and exp.method.name == method
-        assert exp.method.planner.value in recompute.methods()
+        assert exp.method.planner in [*recompute.methods(), *baselines.names()]
         # the net group carries the registry's defaults, and batch/size default to them
         assert (exp.batch_size, exp.input_size) == (spec.batch_size, spec.input_size[0])
 
@@ -86,7 +87,6 @@ COMPOSE_MISTAKES = [
     ("net.batch_size=abc", ["net.batch_size", "abc", "Integer"]),
     ("net.input_size=abc", ["net.input_size", "abc", "Integer"]),
     ("method=approxdp", ["method/approxdp", "approxdp_tc", "approxdp_mc"]),
-    ("method.planner=approx", ["method.planner", "approx", "approxdp", "exactdp", "chen"]),
     ("method.strategy=xc", ["method.strategy", "xc", "tc, mc"]),
     ("method.options=5", ["method.options", "int", "Dict"]),
     ("logger=wandbb", ["logger/wandbb", "none", "wandb"]),
@@ -124,6 +124,7 @@ CHECK_MISTAKES = [
     ("device_memory_gb=-1", ["device_memory_gb=-1.0: must be positive"]),
     ("device=cuda", ["device=cuda: no CUDA device", "allowed here: auto, cpu, fake"]),
     ("timing.backend=cuda", ["timing.backend=cuda: no CUDA device", "allowed here: auto, none, cpu"]),
+    ("method.planner=approx", ["method.planner", "unknown method 'approx'", "approxdp", "exactdp", "chen"]),
     ("+method.options.memroy_model=paper", ["method.options", "no option 'memroy_model'", "max_lower_sets, time_levels, memory_model"]),
     ("+method.options.time_levels=many", ["method.options", "time_levels='many'", "expected type int"]),
     ("+method.options.memory_model=lively", ["method.options", "memory_model='lively'", "paper, liveness"]),
@@ -192,7 +193,7 @@ def test_keys_of_stored_records_are_stable():
     # (the fixture's vanilla and Chen records predate dropping memory_model from their key, so only DPs)
     for path in sorted(FIXTURE.glob("*.json")):
         c = results.find(FIXTURE, path.stem).config
-        if c["method"]["planner"] not in config.MEMORY_MODEL_PLANNERS:
+        if not planner_spec(c["method"]["planner"]).simulator_default:
             continue
         flat = {"net": c["net"], "method": c["method"]["name"], **{f"timing.{k}": v for k, v in c["timing"].items()},
                 **{k: v for k, v in c.items() if k not in ("net", "method", "timing")}}

@@ -12,7 +12,6 @@ from torchvision.models.resnet import Bottleneck
 import recompute
 from recompute import baselines, nets
 from recompute.exactness import compare, train_step
-from recompute.plan import spec
 
 BASELINES = ["torch_checkpoint_sequential", "torch_checkpoint_blocks", "torch_sac", "torch_compile_budget"]
 FAST_COMPILE = {"backend": "aot_eager_decomp_partition"}  # inductor's C++ build takes a minute here
@@ -27,13 +26,15 @@ def _tiny(name: str = "resblock") -> tuple[torch.nn.Module, tuple[torch.Tensor, 
 
 
 def test_baselines_are_registered_methods_with_options():
-    assert set(BASELINES) <= set(recompute.methods())
-    assert spec("torch_compile_budget").options == ("budget_fraction", "backend")
-    assert all(spec(m).wraps for m in BASELINES)
+    # a registry of their own: they plan nothing, so the planners' doors do not offer them
+    assert set(BASELINES) == set(baselines.names()) and not set(BASELINES) & set(recompute.methods())
+    assert baselines.spec("torch_compile_budget").options == ("budget_fraction", "backend")
     model, _ = _tiny()
     with pytest.raises(TypeError, match="no option 'budget_fraktion'; its options: budget_fraction, backend"):
         recompute.optimize(model, method="torch_compile_budget", budget_fraktion=0.3)
-    with pytest.raises(ValueError, match="takes no budget"):
+    with pytest.raises(TypeError, match="takes no strategy"):
+        recompute.optimize(model, method="torch_sac", strategy="mc")
+    with pytest.raises(TypeError, match="takes no budget"):
         recompute.optimize(model, method="torch_sac", budget=2**20)
     with pytest.raises(ValueError, match="use recompute.optimize"):
         recompute.plan(recompute.trace(model, _tiny()[1]), "torch_sac")

@@ -13,7 +13,7 @@ import recompute
 from recompute import lowerset
 from recompute.graph import Graph
 from recompute.plan import InfeasibleBudget, Plan, methods
-from recompute.planners.chen import split_candidates
+from recompute.lowerset import split_candidates
 from recompute.planners.dp import TooManyLowerSets
 
 from .strategies import chain, dags, fig2_skip, siamese

@@ -3,7 +3,7 @@
 Mapping (Chen et al. 2016, §4.4: a segment is one bulk operator):
 
 * **steps** are the links between consecutive *cut nodes* of a branch: nodes v with ∂(L_v) = {v}
-  (:func:`recompute.planners.chen.split_candidates`, plus the sources) whose lower sets nest, L_{v_1} ⊂ L_{v_2} ⊂ ….
+  (:func:`recompute.lowerset.split_candidates`, plus the sources) whose lower sets nest, L_{v_1} ⊂ L_{v_2} ⊂ ….
   Step i runs the nodes L_{v_i} \\ L_{v_{i-1}} and its value x_i is v_i's output; the last step ends at
   the branch's output. Cut nodes whose lower sets do not nest with the earlier ones are skipped, so
   every x_i alone separates its step from the rest.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..graph import Graph
+from ..lowerset import split_candidates
 from .schedule import BranchProfile, Profile
 
 if TYPE_CHECKING:
@@ -78,8 +79,6 @@ def _subgraph(g: Graph, nodes: list[int]) -> Graph:
 
 def _steps(g: Graph, nodes: Iterable[int], output: int) -> tuple[Step, ...]:
     """Cut the sub-graph on ``nodes`` (whose sink is ``output``) into steps at nested cut nodes."""
-    from ..planners.chen import split_candidates  # late: the planners package plans with this module
-
     keep = set(nodes)
     order = [v for v in g.topo_order if v in keep]
     sub = _subgraph(g, order)

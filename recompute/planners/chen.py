@@ -18,28 +18,10 @@ from typing import Sequence
 import numpy as np
 
 from ..graph import Graph
+from ..lowerset import split_candidates
 from ..plan import InfeasibleBudget, Plan, register
 
-__all__ = ["chen", "chen_greedy", "split_candidates"]
-
-
-def split_candidates(g: Graph) -> list[int]:
-    """Nodes v with ∂(L_v) = {v} that read some other node, in topological order (by |L_v|).
-
-    A source is left out: the network's inputs are not in V, so a source is the first operation on
-    an input, and ending a segment there keeps the rest of the graph in one segment. This is what
-    makes Fig. 2 (a skip from the first node to the last) unsegmentable, as the paper says.
-    """
-    a = g.ancestors_mask()  # row v: L_v
-    succ = np.zeros((g.n, g.n), dtype=np.float32)
-    for u, w in g.edges:
-        succ[u, w] = 1.0
-    # reads_out[u, v] > 0 iff some successor of u lies outside L_v, i.e. u ∈ ∂(L_v) when u ∈ L_v.
-    reads_out = (succ @ (~a).T.astype(np.float32)) > 0
-    in_boundary = a.T & reads_out  # [u, v]: u ∈ ∂(L_v)
-    only_self = in_boundary.sum(axis=0) == 1
-    cands = [v for v in range(g.n) if only_self[v] and in_boundary[v, v] and g.preds[v]]
-    return sorted(cands, key=lambda v: int(a[v].sum()))
+__all__ = ["chen", "chen_greedy"]
 
 
 def _sequence(g: Graph, ends: Sequence[int]) -> list[frozenset[int]]:
@@ -65,7 +47,7 @@ def _check_budget(p: Plan, budget: int | None) -> Plan:
 
 
 @register("chen")
-def chen(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+def chen(g: Graph, *, budget: int | None = None) -> Plan:
     """Chen's √n rule (§4.3 of Chen et al.): ≈ √n segments of ≈ √n nodes each.
 
     For each j = 1 … k−1 with k = round(√#V), the split candidate whose |L_v| is closest to j·#V/k ends
@@ -105,7 +87,7 @@ def _algorithm3(g: Graph, cands: set[int], b: float) -> tuple[int, int, list[int
 
 
 @register("chen_greedy")
-def chen_greedy(g: Graph, *, budget: int | None = None, strategy: str | None = None, grid: int = 6) -> Plan:
+def chen_greedy(g: Graph, *, budget: int | None = None, grid: int = 6) -> Plan:
     """Algorithm 3 of Chen et al. with the budget search of their appendix.
 
     Run Algorithm 3 with b = 0 to get x and y, then with b = √(x·y) and on a ``grid``-point grid over

@@ -903,8 +903,8 @@ def _schedule(g: Graph, pb: Problem, R: np.ndarray) -> Schedule:
     return out.schedule(backward_start)
 
 
-@register("milp", simulates=True)
-def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, time_limit: float = 60.0,
+@register("milp", emits_schedule=True)
+def milp(g: Graph, *, budget: int | None = None, time_limit: float = 60.0,
          max_nodes: int = 60, mip_rel_gap: float = 1e-4, retries: int = 4,
          warm_start: Sequence[Plan] | None = None) -> Plan:  # fmt: skip
     """The least recomputation (Σ T_v R[t, v]) whose peak fits ``budget``, over every schedule of the stages
@@ -917,8 +917,6 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
     ``warm_start``: lower-set plans HiGHS starts from (their cache kept, :func:`on_demand`), by
     default approxdp-TC's at ``budget``; ``()`` for a cold start.
     """
-    if strategy is not None:
-        raise ValueError("milp: takes no strategy (it minimises the overhead within the budget)")
     pb = problem(g, max_nodes)
     total = g.total_time()
     info: dict[str, Any] = {"coarsened_from": g.n, "coarsened_to": pb.n, "time_limit": time_limit}

@@ -81,8 +81,8 @@ def _slot_range(lengths: tuple[int, ...], slots: int | None) -> range:
     return range(slots, slots + 1) if slots is not None else range(c_min(lengths), c_opt(lengths) + 1)
 
 
-@register("revolve", simulates=True)
-def revolve(g: Graph, *, budget: int | None = None, strategy: str | None = None, slots: int | None = None) -> Plan:
+@register("revolve", emits_schedule=True)
+def revolve(g: Graph, *, budget: int | None = None, slots: int | None = None) -> Plan:
     """Revolve (Opt0 of Griewank & Walther) on the chain of ``g``'s articulation steps, uniform step
     costs. ``slots`` fixes c; by default every c from 3 to ℓ + 1 is priced (see the module docstring):
     ``budget=None`` gives the smallest simulated peak."""
@@ -91,8 +91,8 @@ def revolve(g: Graph, *, budget: int | None = None, strategy: str | None = None,
     return _search(g, jm, lambda c: revolve_schedule(jm.lengths[0], c), _slot_range(jm.lengths, slots), budget)
 
 
-@register("join_dp", simulates=True)
-def join_dp(g: Graph, *, budget: int | None = None, strategy: str | None = None, slots: int | None = None) -> Plan:
+@register("join_dp", emits_schedule=True)
+def join_dp(g: Graph, *, budget: int | None = None, slots: int | None = None) -> Plan:
     """Beaumont et al.'s optimal join DP (Theorem 3.4) on ``g`` as a join of one branch per input,
     uniform step costs. ``slots`` fixes c; by default every c from c_min to C_opt is priced (see the
     module docstring): ``budget=None`` gives the smallest simulated peak."""
@@ -103,8 +103,8 @@ def join_dp(g: Graph, *, budget: int | None = None, strategy: str | None = None,
                    budget)
 
 
-@register("chen_recursive", simulates=True)
-def chen_recursive(g: Graph, *, budget: int | None = None, strategy: str | None = None, k: int = 1) -> Plan:
+@register("chen_recursive", emits_schedule=True)
+def chen_recursive(g: Graph, *, budget: int | None = None, k: int = 1) -> Plan:
     """Chen et al.'s recursion (§4.4, g(n) = k·log_{k+1} n) on the chain of ``g``'s articulation
     steps, storing ``k`` values per level. ``budget`` is only checked against the simulated peak."""
     _traced(g, "chen_recursive")

@@ -536,7 +536,7 @@ def _plan(g: Graph, og: OptimizationGraph, sol: Solution, method: str, budget: i
 
 
 @register("reforward_linear")
-def reforward_linear(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+def reforward_linear(g: Graph, *, budget: int | None = None) -> Plan:
     """Algorithm 1 on the linear structure of G: its splitting vertexes (Algorithm 2 on s_st) with the
     close sets between them as segments re-forwarded whole, as the paper linearises non-linear
     networks for Chen et al. On a chain every vertex is a splitting vertex: Algorithm 1 proper.
@@ -552,7 +552,7 @@ def reforward_linear(g: Graph, *, budget: int | None = None, strategy: str | Non
 
 
 @register("reforward")
-def reforward(g: Graph, *, budget: int | None = None, strategy: str | None = None) -> Plan:
+def reforward(g: Graph, *, budget: int | None = None) -> Plan:
     """Algorithm 6 on G: the multi-hierarchy of s_st (Algorithms 2–5), then every max term with the
     greedy expansion of sub-hierarchies. ``budget`` is only checked (Re-forwarding has none)."""
     og = OptimizationGraph.of(g)
