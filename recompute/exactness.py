@@ -33,7 +33,7 @@ def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tupl
         "loss": loss.detach(),
         "rng": torch.get_rng_state(),
         **{f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None},
-        **{f"grad:input{i}": x.grad for i, x in enumerate(inputs) if x.requires_grad and x.grad is not None},
+        **{f"grad:input{i}": x.grad for i, x in enumerate(inputs) if x.is_leaf and x.grad is not None},
         **{f"buffer:{n}": b.clone() for n, b in model.named_buffers()},
     }
 
