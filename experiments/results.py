@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import functools
+import json
 import sys
 import tempfile
 import warnings
@@ -25,20 +26,43 @@ import pandas as pd
 from . import record
 from .record import FIELDS, NUMERIC_FIELDS, RecordError, RecordWarning, RunRecord
 
-__all__ = ["record_path", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
+__all__ = ["record_path", "unsaved_dir", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
 
 
 class StoreError(OSError):
-    """The results store cannot be used (e.g. ``results_dir`` is not writable); says what to do."""
+    """The results store cannot be used (``results_dir`` is not writable, or a write to it failed); says
+    what to do, and where a record that could not be written is kept."""
 
 
 def record_path(results_dir: str | Path, key: str) -> Path:
     return Path(results_dir) / f"{key}.json"
 
 
+def unsaved_dir() -> Path:
+    """Where a record goes that the store could not take: ``recompute-unsaved`` in the temp dir
+    (``$TMPDIR``), usually another file system than a full or read-only store."""
+    return Path(tempfile.gettempdir()) / "recompute-unsaved"
+
+
 def save(rec: RunRecord, results_dir: str | Path) -> Path:
-    """Write ``rec`` as ``<key>.json`` atomically."""
-    return record.write(rec, record_path(results_dir, rec.key))
+    """Write ``rec`` as ``<key>.json`` atomically.
+
+    When that write fails (a store made read-only during the run, a full disk), the store is left as it
+    was and the record is kept in :func:`unsaved_dir` instead; :class:`StoreError` then names both and the
+    command that moves it into the store. Should that fail too, the error carries the record itself.
+    """
+    path = record_path(results_dir, rec.key)
+    try:
+        return record.write(rec, path)
+    except OSError as e:
+        failure = f"the record of run {rec.key} could not be written to {path} ({type(e).__name__}: {e.strerror or e})"
+        try:
+            kept = record.write(rec, unsaved_dir() / path.name)
+        except OSError as again:
+            raise StoreError(f"{failure}, nor kept in {unsaved_dir()} ({type(again).__name__}: {again.strerror or again}); "
+                             f"the record, to save as {path} by hand: {json.dumps(rec.to_dict(), default=str)}") from e
+        raise StoreError(f"{failure}; it is kept at {kept}: once the store is writable again (free space, "
+                         f"permissions), move it there with `mv {kept} {path}`") from e
 
 
 def find(results_dir: str | Path, key: str) -> RunRecord | None:
