@@ -224,6 +224,20 @@ def test_launcher_presets_compose():
     assert local._target_.endswith("JoblibLauncher") and local.n_jobs == 2
 
 
+def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):
+    # PATH without sbatch/srun, as on a laptop; the interpreter is named by its full path
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if not any(Path(d, tool).exists() for tool in ("sbatch", "srun")))
+    env = {**os.environ, "PATH": path, "WANDB_MODE": "disabled"}
+    out = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm", "net=chain", "method=chen", "logger=none",
+                          f"results_dir={tmp_path / 'results'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "hydra/launcher=slurm" in out.stderr and "sbatch and srun are not on PATH" in out.stderr, out.stderr
+    assert "hydra/launcher=local" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not list(tmp_path.glob("sweep/.submitit")) and not (tmp_path / "results").exists()  # nothing submitted or run
+
+
 # --------------------------------------------------------------------------- one run in process
 
 
