@@ -14,7 +14,7 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import config, results, runner
+from experiments import config, results, runner, tracking
 from experiments.record import Status
 
 
@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> None:
         record, ran = runner.run(
             exp,
             name=f"{hc.job.num}-{job}" if multirun else job,
-            group=hc.sweep.dir if multirun else None,  # every job of one sweep shares a W&B group
+            group=tracking.sweep_group(hc) if multirun else None,  # one group per sweep command, across restarts
             wandb_config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         )
     except results.StoreError as e:

@@ -2,7 +2,7 @@
 exit status, and nothing already measured or stored is lost.
 
 Out of memory on any device is an outcome a restarted sweep skips; an unreadable file in the store is
-skipped with a warning and its config run again (the file kept aside); W&B without network and an
+skipped with a warning and its config run again (the file kept aside); a restarted sweep keeps its group; W&B without network and an
 unwritable store never throw a run away (a store that fails its write keeps the record in a place the
 error names); ``exhaustive`` refuses a graph too large for it; a ``kill -9``
 of a joblib sweep leaves no worker behind that would go on writing records.
@@ -356,6 +356,29 @@ def test_exhaustive_refuses_a_large_graph_as_an_outcome(tmp_path):
     assert ran and rec.status == Status.too_large
     assert "max_nodes=16" in rec.error and "exactdp or approxdp" in rec.error
     assert runner.run(exp, name="chain-exhaustive", group=None, wandb_config={})[1] is False  # not run again
+
+
+# --------------------------------------------------------------------------- 5. a restarted sweep
+
+
+def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_path):
+    sweep = ["-m", "net=chain,skip", "method=chen", "logger=none"]
+    first = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-1'}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    done, killed = sorted((tmp_path / "results").glob("*.json"))
+    killed.unlink()  # its job was killed (kill -9) before its record was written
+    stamp = done.stat().st_mtime_ns
+
+    # the same command again; a new timestamped sweep dir, as Hydra gives a restart
+    again = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-2'}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("skipped") == 1 and done.stat().st_mtime_ns == stamp  # finished runs not redone
+    groups = {record.read(p).group for p in (tmp_path / "results").glob("*.json")}
+    assert len(groups) == 1 and groups.pop().startswith("sweep-")
+
+    other = _run_py(tmp_path, "-m", "net=chain", "method=chen,vanilla", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep-3'}")
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert len({record.read(p).group for p in (tmp_path / "results").glob("*.json")}) == 2  # another sweep, another group
 
 
 # --------------------------------------------------------------------------- 6. kill -9 of a joblib sweep
