@@ -385,7 +385,7 @@ def main() -> None:
     parser.add_argument("--stem", default="table1", help="file name without extension")
     parser.add_argument("--memory-model", default="simulator", choices=("simulator", "liveness", "paper"))
     args = parser.parse_args()
-    df = results.load(args.results)
+    df = results.load(args.results, strict=True)
     require_records(df, args.results)
     write_table1(df, args.out, args.stem, memory_model=args.memory_model)
 

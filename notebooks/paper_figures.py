@@ -53,7 +53,8 @@ TABLE1_BACKEND = os.environ.get("PAPER_FIGURES_TABLE1_BACKEND", "fake")
 TIME_BACKEND = os.environ.get("PAPER_FIGURES_TIME_BACKEND", "cpu")
 MEMORY_MODEL = os.environ.get("PAPER_FIGURES_MEMORY_MODEL", "simulator")
 
-df = results.load(RESULTS, source=SOURCE, project=PROJECT, entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"))
+# strict: an unreadable record stops here, naming its file, rather than leaving its cell of a table empty
+df = results.load(RESULTS, source=SOURCE, project=PROJECT, entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"), strict=True)
 STORE = RESULTS if SOURCE == "local" else f"W&B project {PROJECT}"
 figures.require_records(df, STORE)  # an empty store stops here, before any artefact is overwritten
 OUT.mkdir(parents=True, exist_ok=True)
