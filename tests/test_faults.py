@@ -24,6 +24,7 @@ import psutil
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import recompute
 from experiments import config, record, results, runner, tracking
@@ -373,12 +374,17 @@ def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_p
     again = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-2'}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("skipped") == 1 and done.stat().st_mtime_ns == stamp  # finished runs not redone
-    groups = {record.read(p).group for p in (tmp_path / "results").glob("*.json")}
-    assert len(groups) == 1 and groups.pop().startswith("sweep-")
+    (group,) = {record.read(p).group for p in (tmp_path / "results").glob("*.json")}
+    assert group.startswith("sweep-")
 
-    other = _run_py(tmp_path, "-m", "net=chain", "method=chen,vanilla", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep-3'}")
-    assert other.returncode == 0, other.stderr[-3000:]
-    assert len({record.read(p).group for p in (tmp_path / "results").glob("*.json")}) == 2  # another sweep, another group
+    # another sweep (other overrides) is another group
+    saved = OmegaConf.load(tmp_path / "sweep-2" / "multirun.yaml")
+    saved.hydra.overrides.task = ["net=chain", "method=chen,vanilla", "logger=none"]
+    (tmp_path / "sweep-3").mkdir()
+    OmegaConf.save(saved, tmp_path / "sweep-3" / "multirun.yaml")
+    hc = OmegaConf.create({"runtime": {"cwd": str(ROOT)}, "sweep": {"dir": str(tmp_path / "sweep-3")}})
+    other = tracking.sweep_group(hc)
+    assert other.startswith("sweep-") and other != group
 
 
 # --------------------------------------------------------------------------- 6. kill -9 of a joblib sweep
