@@ -120,7 +120,7 @@ class LoggerConfig:
     mode: WandbMode = WandbMode.offline
     project: str = "recompute"
     entity: Optional[str] = None
-    group: Optional[str] = None  # None: the sweep dir of a multirun, no group for a single run
+    group: Optional[str] = None  # None: tracking.sweep_group for a multirun (one per sweep command), none for a single run
     tags: list[str] = field(default_factory=list)
     dir: str = "${hydra:runtime.output_dir}"
 
