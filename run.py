@@ -2,7 +2,8 @@
 
 The configs are under ``conf/``; the work is done by ``experiments.runner``. Exit status: 0 when every
 job ended with an outcome (ok, oom, infeasible, ...); 1 for a config mistake (reported before any
-work) or a run that failed with ``status=error`` (its record is stored all the same).
+work), a run that failed with ``status=error`` (its record is stored all the same) or a record the
+results store could not take (kept elsewhere, and the message says where).
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import config, runner
+from experiments import config, results, runner, tracking
 from experiments.record import Status
 
 
 class RunFailed(CompactHydraException):
     """A run ended with ``status=error``: a failure of the code, stored, and reported by the exit status."""
+
+
+class NotStored(CompactHydraException):
+    """The results store could not take the record (the message says where it is kept instead)."""
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -27,12 +32,15 @@ def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     job = f"{exp.net.name.value}-{exp.method.name}-b{exp.batch_size}"
-    record, ran = runner.run(
-        exp,
-        name=f"{hc.job.num}-{job}" if multirun else job,
-        group=hc.sweep.dir if multirun else None,  # every job of one sweep shares a W&B group
-        wandb_config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-    )
+    try:
+        record, ran = runner.run(
+            exp,
+            name=f"{hc.job.num}-{job}" if multirun else job,
+            group=tracking.sweep_group(hc) if multirun else None,  # one group per sweep command, across restarts
+            wandb_config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        )
+    except results.StoreError as e:
+        raise NotStored(str(e)) from e
     print(runner.summary(record) if ran else f"skipped {job}: record {record.key} exists (status={record.status})")
     if record.status == Status.error:
         raise RunFailed(f"{job} failed with status=error (record {record.key} stored): {record.error}")

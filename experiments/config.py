@@ -3,20 +3,22 @@
 The YAML files under ``conf/`` are merged into these dataclasses, so OmegaConf checks every value's
 type while Hydra composes: an unknown key fails with ``Key '...' is not in struct`` and a value
 outside a closed set (a net, a device, ...) with ``Invalid value '...', expected one of
-[...]`` and its ``full_key``. :func:`to_experiment` adds what types cannot express (ranges, a CUDA
-device that exists, a planner of the registry that serves the app with the strategy and options it
-takes — :mod:`recompute.plan`, read when checked, so a planner registered later is offered too —,
-a writable results store) and raises one
-:class:`ConfigError` that lists every such mistake, before any work.
+[...]`` and its ``full_key``. :func:`to_experiment` adds what types cannot express (a key a ``+``
+override added that no code reads, finite numbers in range, a CUDA device that exists, a planner of
+the registry that serves the app with the strategy and options it takes — :mod:`recompute.plan`,
+read when checked, so a planner registered later is offered too —, a writable results store) and
+raises one :class:`ConfigError` that lists every such mistake, before any work.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, is_dataclass
 from enum import StrEnum
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, get_type_hints
 
 import torch
 from hydra.core.config_store import ConfigStore
@@ -114,7 +116,7 @@ class LoggerConfig:
     mode: WandbMode = WandbMode.offline
     project: str = "recompute"
     entity: Optional[str] = None
-    group: Optional[str] = None  # None: the sweep dir of a multirun, no group for a single run
+    group: Optional[str] = None  # None: tracking.sweep_group for a multirun (one per sweep command), none for a single run
     tags: list[str] = field(default_factory=list)
     dir: str = "${hydra:runtime.output_dir}"
 
@@ -173,24 +175,66 @@ class ConfigError(CompactHydraException, ValueError):
 def to_experiment(cfg: DictConfig) -> AppConfig:
     """The composed config as a checked :class:`AppConfig` (resolves interpolations); :class:`ConfigError`
     otherwise, before anything is built, traced or measured."""
+    added = _added_key_problems(OmegaConf.to_container(cfg, resolve=False))
     exp: AppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    problems = [*_range_problems(exp), *_device_problems(exp), *_method_problems(exp), *_store_problems(exp)]
+    problems = [*added, *_range_problems(exp), *_device_problems(exp), *_method_problems(exp), *_store_problems(exp)]
     if problems:
         raise ConfigError("invalid config, nothing was run:\n" + "\n".join(f"  {p}" for p in problems))
     return exp
 
 
+def _schema_keys(schema: type, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a structured config, parents before their children."""
+    for name, hint in get_type_hints(schema).items():
+        yield prefix + name
+        if is_dataclass(hint):
+            yield from _schema_keys(hint, f"{prefix}{name}.")
+
+
+def _added_key_problems(container: dict[str, Any], schema: type = AppConfig, prefix: str = "") -> list[str]:
+    """Keys of ``container`` that ``schema`` does not have. Struct mode refuses them, but a ``+`` override
+    adds them anyway, and ``OmegaConf.to_object`` then drops them: the run would go on without the
+    value the user meant to set (``+budget_g=1``: no budget). ``method.options`` is a free dict (its
+    names are the planner's, checked by :func:`_method_problems`), so keys under it are not looked at."""
+    known = get_type_hints(schema)
+    every_key = list(_schema_keys(AppConfig))
+    problems = []
+    for name, value in container.items():
+        key = prefix + name
+        if name not in known:
+            close = difflib.get_close_matches(key, every_key, n=3, cutoff=0.6)
+            fix = (f"did you mean {' or '.join(close)}? (without '+': {close[0]}={value})" if close
+                   else f"the keys here are {', '.join(prefix + k for k in known)}")
+            problems.append(f"+{key}={value}: the config has no key '{key}', so no code would read it; {fix}")
+        elif is_dataclass(known[name]) and isinstance(value, dict):
+            problems += _added_key_problems(value, known[name], f"{key}.")
+    return problems
+
+
+INT64_MAX = 2**63 - 1  # the largest tensor size
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
+
+
 def _range_problems(exp: AppConfig) -> list[str]:
-    """Numbers outside the range their type allows (sizes and counts positive, warmup at least 0)."""
-    positive = {
+    """Numbers outside the range their meaning allows: sizes and counts from 1 up to a tensor size,
+    warmup from 0, GiB amounts finite and at least one byte, the seed in torch's range, and every float
+    planner option finite (nan and inf pass a type check and fail only once the work has started)."""
+    counts = {
         "net.batch_size": exp.net.batch_size, "net.input_size": exp.net.input_size,
         "batch_size": exp.batch_size, "input_size": exp.input_size, "iterations": exp.iterations,
         "timing.batch_size": exp.timing.batch_size, "timing.input_size": exp.timing.input_size,
-        "budget_gb": exp.budget_gb, "device_memory_gb": exp.device_memory_gb,
     }
-    problems = [f"{key}={value}: must be positive" for key, value in positive.items() if value is not None and value <= 0]
-    if exp.warmup < 0:
-        problems.append(f"warmup={exp.warmup}: must be 0 or more")
+    problems = [f"{key}={value}: must be positive, an integer from 1 to 2**63-1"
+                for key, value in counts.items() if value is not None and not 1 <= value <= INT64_MAX]
+    if not 0 <= exp.warmup <= INT64_MAX:
+        problems.append(f"warmup={exp.warmup}: must be 0 or more, an integer from 0 to 2**63-1")
+    for key, gib in {"budget_gb": exp.budget_gb, "device_memory_gb": exp.device_memory_gb}.items():
+        if gib is not None and not (math.isfinite(gib) and gib * GIB >= 1):
+            problems.append(f"{key}={gib}: must be positive and finite, in GiB from 2**-30 (one byte) up, or null")
+    if not SEED_RANGE[0] <= exp.seed <= SEED_RANGE[1]:
+        problems.append(f"seed={exp.seed}: must be an integer from -2**63 to 2**64-1 (what torch.manual_seed takes)")
+    problems += [f"method.options.{name}={value}: must be a finite number"
+                 for name, value in exp.method.options.items() if isinstance(value, float) and not math.isfinite(value)]
     return problems
 
 

@@ -4,9 +4,10 @@
     df = results.load(source="wandb", project="recompute", entity="me")   # from the W&B API
     python -m experiments.results results/ --max-batch    # a quick table on the command line
 
-A file of the store that is not a readable record (truncated, empty, stray) never stops a load: it is
-skipped with a :class:`~experiments.record.RecordWarning` naming it, and a sweep that reaches its
-config moves it aside (:func:`set_aside`) and runs that config again.
+A file of the store that is not a readable record (truncated, empty, stray) is skipped with a
+:class:`~experiments.record.RecordWarning` naming it (``load(..., strict=True)``, for the paper's
+artefacts: refused), and a sweep that reaches its config moves it aside (:func:`set_aside`) and runs
+that config again.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import functools
+import json
 import sys
 import tempfile
 import warnings
@@ -25,20 +27,43 @@ import pandas as pd
 from . import record
 from .record import FIELDS, NUMERIC_FIELDS, RecordError, RecordWarning, RunRecord
 
-__all__ = ["record_path", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
+__all__ = ["record_path", "unsaved_dir", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
 
 
 class StoreError(OSError):
-    """The results store cannot be used (e.g. ``results_dir`` is not writable); says what to do."""
+    """The results store cannot be used (``results_dir`` is not writable, or a write to it failed); says
+    what to do, and where a record that could not be written is kept."""
 
 
 def record_path(results_dir: str | Path, key: str) -> Path:
     return Path(results_dir) / f"{key}.json"
 
 
+def unsaved_dir() -> Path:
+    """Where a record goes that the store could not take: ``recompute-unsaved`` in the temp dir
+    (``$TMPDIR``), usually another file system than a full or read-only store."""
+    return Path(tempfile.gettempdir()) / "recompute-unsaved"
+
+
 def save(rec: RunRecord, results_dir: str | Path) -> Path:
-    """Write ``rec`` as ``<key>.json`` atomically."""
-    return record.write(rec, record_path(results_dir, rec.key))
+    """Write ``rec`` as ``<key>.json`` atomically.
+
+    When that write fails (a store made read-only during the run, a full disk), the store is left as it
+    was and the record is kept in :func:`unsaved_dir` instead; :class:`StoreError` then names both and the
+    command that moves it into the store. Should that fail too, the error carries the record itself.
+    """
+    path = record_path(results_dir, rec.key)
+    try:
+        return record.write(rec, path)
+    except OSError as e:
+        failure = f"the record of run {rec.key} could not be written to {path} ({type(e).__name__}: {e.strerror or e})"
+        try:
+            kept = record.write(rec, unsaved_dir() / path.name)
+        except OSError as again:
+            raise StoreError(f"{failure}, nor kept in {unsaved_dir()} ({type(again).__name__}: {again.strerror or again}); "
+                             f"the record, to save as {path} by hand: {json.dumps(rec.to_dict(), default=str)}") from e
+        raise StoreError(f"{failure}; it is kept at {kept}: once the store is writable again (free space, "
+                         f"permissions), move it there with `mv {kept} {path}`") from e
 
 
 def find(results_dir: str | Path, key: str) -> RunRecord | None:
@@ -69,33 +94,41 @@ def check_writable(results_dir: str | Path) -> Path:
     return path
 
 
-def _skip_unreadable(loaders: Iterable[Callable[[], RunRecord]]) -> list[RunRecord]:
-    """The records that parse; every other one is skipped with a warning naming its file or run."""
-    out = []
+def _readable(loaders: Iterable[Callable[[], RunRecord]], strict: bool) -> list[RunRecord]:
+    """The records that parse; every other one is skipped with a warning naming its file or run, or,
+    when ``strict``, refused with one :class:`RecordError` naming them all."""
+    out, unreadable = [], []
     for load_one in loaders:
         try:
             out.append(load_one())
         except RecordError as e:
-            warnings.warn(f"skipped {e}. A sweep that reaches this config runs it again.", RecordWarning, stacklevel=3)
+            unreadable.append(str(e))
+            if not strict:
+                warnings.warn(f"skipped {e}. A sweep that reaches this config runs it again.", RecordWarning, stacklevel=3)
+    if strict and unreadable:
+        raise RecordError(
+            f"{len(unreadable)} unreadable record(s), so their runs would be missing without a word:\n  "
+            + "\n  ".join(unreadable) + "\nRun the sweep that wrote each again (it moves the file aside and runs "
+            "its config again), or move the file out of the store if its run is not wanted.")
     return out
 
 
-def _local(results_dir: str | Path) -> list[RunRecord]:
+def _local(results_dir: str | Path, strict: bool) -> list[RunRecord]:
     # temp files of unfinished writes start with a dot and end in .tmp: the glob skips them
-    return _skip_unreadable(functools.partial(record.read, p) for p in sorted(Path(results_dir).glob("*.json")))
+    return _readable((functools.partial(record.read, p) for p in sorted(Path(results_dir).glob("*.json"))), strict)
 
 
-def _wandb(project: str, entity: str | None, group: str | None) -> list[RunRecord]:
+def _wandb(project: str, entity: str | None, group: str | None, strict: bool) -> list[RunRecord]:
     import wandb
 
     path = f"{entity}/{project}" if entity else project
     filters = {"group": group} if group else {}
     # the record is the run's summary (see experiments.runner.run); W&B's own keys start with "_"
-    return _skip_unreadable(
+    return _readable((
         functools.partial(RunRecord.from_dict, {k: v for k, v in r.summary.items() if not k.startswith("_")},
                           f"W&B run {'/'.join(r.path)}")
         for r in wandb.Api().runs(path, filters=filters)
-    )
+    ), strict)
 
 
 def load(
@@ -105,14 +138,17 @@ def load(
     project: str = "recompute",
     entity: str | None = None,
     group: str | None = None,
+    strict: bool = False,
 ) -> pd.DataFrame:
     """All records as one DataFrame, one row per run and one column per :class:`RunRecord` field
     (the nested ``config`` column stays a dict); an empty store gives no rows but every column.
 
     ``source="wandb"`` reads run summaries of ``entity/project`` (optionally one ``group``) through
-    the W&B API instead of the local store; it needs network access and a login.
+    the W&B API instead of the local store; it needs network access and a login. An unreadable record
+    is skipped with a warning, or with ``strict`` (for artefacts, which must not lose a run quietly)
+    refused: :class:`RecordError` naming every such file or run.
     """
-    records = _local(results_dir) if source == "local" else _wandb(project, entity, group)
+    records = _local(results_dir, strict) if source == "local" else _wandb(project, entity, group, strict)
     df = pd.DataFrame([r.to_dict() for r in records], columns=list(FIELDS))
     df = df.astype({name: float for name in NUMERIC_FIELDS if df[name].isna().all()})
     if group is not None and source == "local":

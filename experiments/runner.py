@@ -271,6 +271,8 @@ def run(exp: AppConfig, *, name: str, group: str | None, wandb_config: dict[str,
 
     Records with ``status=error`` are run again: they are failures of the code, not results. So is a
     config whose stored file is unreadable; that file is moved aside first, not overwritten.
+    :class:`~experiments.results.StoreError` when the store is not writable (before the run) or the
+    record could not be written to it (after: the record is kept where the message says).
     """
     exit_with_parent()
     results.check_writable(exp.results_dir)  # before the run, not after an hour of it
@@ -286,11 +288,11 @@ def run(exp: AppConfig, *, name: str, group: str | None, wandb_config: dict[str,
     with wandb_run(exp.logger, name=name, group=group, config=wandb_config) as wb:
         rec = measure_experiment(exp)
         rec.group = exp.logger.group or group
+        if wb is not None:  # first: the W&B mirror has the record even when the store cannot take it
+            wb.summary.update({k: v for k, v in rec.to_dict().items() if k != "config"})
         path = results.save(rec, exp.results_dir)
         stored = sum(1 for _ in Path(exp.results_dir).glob("*.json"))  # progress of a long sweep
         log.info("%s: status=%s in %.1fs, record %s (%d in the store)", name, rec.status, rec.run_seconds, path, stored)
-        if wb is not None:
-            wb.summary.update({k: v for k, v in rec.to_dict().items() if k != "config"})
     return rec, True
 
 

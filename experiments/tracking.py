@@ -1,4 +1,4 @@
-"""Weights & Biases logging: one W&B run per experiment, finished whatever happens.
+"""Weights & Biases logging: one W&B run per experiment, finished whatever happens, in one group per sweep.
 
 W&B is a mirror of the local results store, never a condition for it: ``mode=online`` without a
 reachable server logs offline instead (after a check of a few seconds, not ``wandb.init``'s
@@ -9,16 +9,20 @@ stored. Each fallback is announced with a warning that says what happened and wh
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any, Iterator
 from urllib.error import HTTPError
 from urllib.request import urlopen
 
+from omegaconf import DictConfig, OmegaConf
+
 from .config import LoggerConfig, WandbMode
 
-__all__ = ["wandb_run", "reachable", "CONNECT_SECONDS"]
+__all__ = ["wandb_run", "reachable", "sweep_group", "CONNECT_SECONDS"]
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +96,23 @@ def wandb_run(cfg: LoggerConfig, *, name: str, group: str | None, config: dict[s
         exit_code = 0
     finally:
         run.finish(exit_code=exit_code)
+
+
+def sweep_group(hc: DictConfig) -> str:
+    """The group of a multirun's records and W&B runs (``hc``: the job's ``HydraConfig.get()``):
+    ``sweep-`` and a hash of the sweep's own command-line overrides (Hydra's, such as the launcher and
+    the sweep dir, are not part of it).
+
+    A sweep restarted with the same command, after ``kill -9`` or a crash, is the same group, though its
+    timestamped sweep dir is new: the records it skips and the ones it adds stay together. The
+    overrides are read from the ``multirun.yaml`` Hydra writes to the sweep dir before the first job.
+    """
+    saved = Path(hc.runtime.cwd, hc.sweep.dir, "multirun.yaml")
+    try:
+        overrides = OmegaConf.load(saved).hydra.overrides.task
+    except (OSError, AttributeError) as e:  # a sweeper that writes no multirun.yaml: one group per sweep dir
+        log.warning("cannot read the sweep's overrides from %s (%s): its group is the sweep dir %s",
+                    saved, e, hc.sweep.dir)
+        return str(hc.sweep.dir)
+    text = "\n".join(sorted(str(o) for o in overrides))
+    return f"sweep-{hashlib.sha1(text.encode()).hexdigest()[:12]}"

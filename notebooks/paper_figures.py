@@ -46,7 +46,8 @@ OUT = Path(os.environ.get("PAPER_FIGURES_OUT", "paper_figures"))
 DEVICE_GB = float(os.environ.get("PAPER_FIGURES_DEVICE_GB", "11.4"))
 TIME_BACKEND = os.environ.get("PAPER_FIGURES_TIME_BACKEND", "cpu")
 
-df = results.load(RESULTS, source=SOURCE, project=PROJECT, entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"))
+# strict: an unreadable record stops here, naming its file, rather than leaving its cell of a table empty
+df = results.load(RESULTS, source=SOURCE, project=PROJECT, entity=os.environ.get("PAPER_FIGURES_WANDB_ENTITY"), strict=True)
 STORE = RESULTS if SOURCE == "local" else f"W&B project {PROJECT}"
 figures.require_records(df, STORE)  # an empty store stops here, before any artefact is overwritten
 print(f"{len(df)} records from {STORE}")

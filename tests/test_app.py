@@ -129,6 +129,20 @@ CHECK_MISTAKES = [
     ("+method.options.time_levels=many", ["method.options", "time_levels='many'", "expected type int"]),
     ("+method.options.memory_model=lively", ["method.options", "memory_model='lively'", "paper, liveness"]),
     ("+method.options.time_levels=0", ["method.options", "time_levels=0", "must be a positive integer"]),
+    # a key the schema lacks, added with '+' (struct mode refuses it without): named with the nearest keys
+    ("+budget_g=1", ["+budget_g=1: the config has no key 'budget_g'", "did you mean budget_gb?", "budget_gb=1"]),
+    ("+net.batchsize=3", ["no key 'net.batchsize'", "did you mean net.batch_size", "net.batch_size=3"]),
+    ("+timing.backnd=cpu", ["no key 'timing.backnd'", "did you mean timing.backend", "timing.backend=cpu"]),
+    ("+colour=red", ["no key 'colour'", "the keys here are net, method", "budget_gb"]),
+    # numbers that pass the type check but no range: nan, inf, below one byte, beyond what torch takes
+    ("budget_gb=nan", ["budget_gb=nan: must be positive and finite", "from 2**-30 (one byte) up"]),
+    ("budget_gb=inf", ["budget_gb=inf: must be positive and finite"]),
+    ("budget_gb=1e-12", ["budget_gb=1e-12: must be positive and finite", "from 2**-30 (one byte) up"]),
+    ("device_memory_gb=nan", ["device_memory_gb=nan: must be positive and finite"]),
+    ("device_memory_gb=-inf", ["device_memory_gb=-inf: must be positive and finite"]),
+    ("batch_size=9223372036854775808", ["batch_size=9223372036854775808: must be positive", "from 1 to 2**63-1"]),
+    ("seed=18446744073709551616", ["seed=18446744073709551616", "from -2**63 to 2**64-1"]),
+    ("method=torch_compile_budget method.options.budget_fraction=nan", ["method.options.budget_fraction=nan: must be a finite number"]),
 ]
 
 
@@ -142,7 +156,7 @@ def test_a_bad_value_is_named_while_composing(override, named):
 def test_a_bad_value_is_named_before_any_work(tmp_path, monkeypatch, override, named):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same message on a GPU machine
     with pytest.raises(config.ConfigError) as info:
-        _experiment(tmp_path, "method=exactdp_tc", override)
+        _experiment(tmp_path, "method=exactdp_tc", *override.split())
     assert all(n in str(info.value) for n in named), str(info.value)
 
 
@@ -158,7 +172,8 @@ def test_every_mistake_is_reported_at_once(tmp_path):
     ["device=gpu"],  # composing
     ["-m", "net=chain,skip", "device=cuda"],  # checking, in a sweep: every job fails fast
     ["method=exactdp_tc", "+method.options.memroy_model=paper"],
-], ids=["compose", "sweep-cuda", "planner-option"])
+    ["+budget_g=1"],  # a misspelt key with the '+' Hydra suggests: refused, not a run without a budget
+], ids=["compose", "sweep-cuda", "planner-option", "added-key"])
 def test_a_config_mistake_exits_non_zero_with_the_message_alone(tmp_path, args):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "WANDB_MODE": "disabled"}
     out = subprocess.run([sys.executable, "run.py", *args, "logger=none", f"results_dir={tmp_path / 'results'}",
@@ -208,6 +223,20 @@ def test_launcher_presets_compose():
     assert slurm.timeout_min > 0 and slurm.mem_gb > 0 and len(slurm.setup) > 0
     local = _compose(["hydra/launcher=local"], hydra_cfg=True).hydra.launcher
     assert local._target_.endswith("JoblibLauncher") and local.n_jobs == 2
+
+
+def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):
+    # PATH without sbatch/srun, as on a laptop; the interpreter is named by its full path
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if not any(Path(d, tool).exists() for tool in ("sbatch", "srun")))
+    env = {**os.environ, "PATH": path, "WANDB_MODE": "disabled"}
+    out = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm", "net=chain", "method=chen", "logger=none",
+                          f"results_dir={tmp_path / 'results'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "hydra/launcher=slurm" in out.stderr and "sbatch and srun are not on PATH" in out.stderr, out.stderr
+    assert "hydra/launcher=local" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not list(tmp_path.glob("sweep/.submitit")) and not (tmp_path / "results").exists()  # nothing submitted or run
 
 
 # --------------------------------------------------------------------------- one run in process

@@ -2,18 +2,21 @@
 exit status, and nothing already measured or stored is lost.
 
 Out of memory on any device is an outcome a restarted sweep skips; an unreadable file in the store is
-skipped with a warning and its config run again (the file kept aside); W&B without network and an
-unwritable store never throw a run away; ``exhaustive`` refuses a graph too large for it; a ``kill -9``
+skipped with a warning and its config run again (the file kept aside); a restarted sweep keeps its group; W&B without network and an
+unwritable store never throw a run away (a store that fails its write keeps the record in a place the
+error names); ``exhaustive`` refuses a graph too large for it; a ``kill -9``
 of a joblib sweep leaves no worker behind that would go on writing records.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +24,7 @@ import psutil
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import recompute
 from experiments import config, record, results, runner, tracking
@@ -261,6 +265,89 @@ def test_an_unwritable_results_dir_is_reported_before_the_run(tmp_path, monkeypa
         runner.run(exp, name="chain-chen", group=None, wandb_config={})
 
 
+def _fail_the_store_after_the_run(monkeypatch, exp: config.AppConfig, fault: str) -> list[RunRecord]:
+    """Let the run finish, then make the store fail its write: ``read-only`` (chmod, as a user would),
+    ``denied`` (the same as root sees it: creating the temp file in the store is refused) or ``enospc``
+    (the disk fills: the temp file's fsync fails once, the fallback's succeeds)."""
+    measured: list[RunRecord] = []
+    measure = runner.measure_experiment
+
+    def run_then_fail(exp: config.AppConfig) -> RunRecord:
+        measured.append(measure(exp))
+        if fault == "read-only":
+            os.chmod(exp.results_dir, 0o555)
+        elif fault == "denied":
+            mkstemp = tempfile.mkstemp
+
+            def refused(dir: str, **kwargs) -> tuple[int, str]:
+                if Path(dir) == Path(exp.results_dir):
+                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), dir)
+                return mkstemp(dir=dir, **kwargs)
+
+            monkeypatch.setattr(record.tempfile, "mkstemp", refused)
+        else:
+            real_fsync = os.fsync
+            faults = [OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))]
+
+            def fsync(fd: int) -> None:
+                if faults:
+                    raise faults.pop()
+                real_fsync(fd)
+
+            monkeypatch.setattr(record.os, "fsync", fsync)
+        return measured[-1]
+
+    monkeypatch.setattr(runner, "measure_experiment", run_then_fail)
+    return measured
+
+
+@pytest.mark.parametrize("fault", [
+    pytest.param("read-only", marks=pytest.mark.skipif(os.geteuid() == 0, reason="chmod does not stop root")),
+    "denied", "enospc",
+])
+def test_a_store_that_fails_its_write_keeps_the_record_where_it_says(tmp_path, monkeypatch, fault):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # unsaved_dir() is under $TMPDIR
+    exp = _experiment(tmp_path, "net=chain", "method=chen")
+    store = Path(exp.results_dir)
+    results.save(RunRecord(key="feedfacefeedface", net="chain", method="chen", batch_size=4), store)
+    before = {p.name: p.read_bytes() for p in store.iterdir()}
+    measured = _fail_the_store_after_the_run(monkeypatch, exp, fault)
+    try:
+        with pytest.raises(results.StoreError) as info:
+            runner.run(exp, name="chain-chen", group=None, wandb_config={})
+        assert {p.name: p.read_bytes() for p in store.iterdir()} == before  # intact: no temp file, no half record
+    finally:
+        os.chmod(store, 0o755)
+    kept = tmp_path / "tmp" / "recompute-unsaved" / f"{measured[0].key}.json"
+    assert record.read(kept) == measured[0]  # the finished run, whole
+    message = str(info.value)
+    assert str(results.record_path(store, measured[0].key)) in message and f"kept at {kept}" in message
+    assert f"mv {kept} " in message
+
+
+def test_run_py_names_where_an_unstored_record_is_kept(tmp_path):
+    # run.py as the user runs it, on a disk that fills while the run measures
+    app = ("import errno, os, runpy, sys, tempfile\n"
+           "from pathlib import Path\n"
+           "from experiments import record\n"
+           f"tempfile.tempdir = {str(tmp_path / 'tmp')!r}\n"
+           "write = record.write\n"
+           "def full(rec, path):\n"
+           f"    if Path(path).parent == Path({str(tmp_path / 'results')!r}):\n"
+           "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+           "    return write(rec, path)\n"
+           "record.write = full\n"
+           f"sys.argv = ['run.py', 'net=chain', 'method=chen', 'logger=none', 'results_dir={tmp_path / 'results'}', "
+           f"'hydra.run.dir={tmp_path / 'run'}']\n"
+           "runpy.run_path('run.py', run_name='__main__')\n")
+    out = subprocess.run([sys.executable, "-c", app], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    (kept,) = (tmp_path / "tmp" / "recompute-unsaved").glob("*.json")
+    assert "No space left on device" in out.stderr and f"kept at {kept}" in out.stderr
+    assert "Traceback" not in out.stderr and record.read(kept).status == Status.ok
+    assert not list((tmp_path / "results").iterdir())
+
+
 # --------------------------------------------------------------------------- 4. exhaustive on a large graph
 
 
@@ -270,6 +357,34 @@ def test_exhaustive_refuses_a_large_graph_as_an_outcome(tmp_path):
     assert ran and rec.status == Status.too_large
     assert "max_nodes=16" in rec.error and "exactdp or approxdp" in rec.error
     assert runner.run(exp, name="chain-exhaustive", group=None, wandb_config={})[1] is False  # not run again
+
+
+# --------------------------------------------------------------------------- 5. a restarted sweep
+
+
+def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_path):
+    sweep = ["-m", "net=chain,skip", "method=chen", "logger=none"]
+    first = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-1'}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    done, killed = sorted((tmp_path / "results").glob("*.json"))
+    killed.unlink()  # its job was killed (kill -9) before its record was written
+    stamp = done.stat().st_mtime_ns
+
+    # the same command again; a new timestamped sweep dir, as Hydra gives a restart
+    again = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-2'}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("skipped") == 1 and done.stat().st_mtime_ns == stamp  # finished runs not redone
+    (group,) = {record.read(p).group for p in (tmp_path / "results").glob("*.json")}
+    assert group.startswith("sweep-")
+
+    # another sweep (other overrides) is another group
+    saved = OmegaConf.load(tmp_path / "sweep-2" / "multirun.yaml")
+    saved.hydra.overrides.task = ["net=chain", "method=chen,vanilla", "logger=none"]
+    (tmp_path / "sweep-3").mkdir()
+    OmegaConf.save(saved, tmp_path / "sweep-3" / "multirun.yaml")
+    hc = OmegaConf.create({"runtime": {"cwd": str(ROOT)}, "sweep": {"dir": str(tmp_path / "sweep-3")}})
+    other = tracking.sweep_group(hc)
+    assert other.startswith("sweep-") and other != group
 
 
 # --------------------------------------------------------------------------- 6. kill -9 of a joblib sweep

@@ -1,5 +1,6 @@
-"""The paper-figures notebook runs headless on a small results fixture and writes the expected artefacts;
-the largest-batch search finds the exact answer with few probes.
+"""The paper-figures notebook runs headless on a small results fixture and writes the expected artefacts
+(and refuses a store with an unreadable record, naming it); the largest-batch search finds the exact
+answer with few probes.
 
 The fixture (tests/fixtures/paper_figures_results/) is a handful of real records copied from the store
 that ``scripts/paper_figures.sh`` fills: ResNet-50's Table 1 row (6 methods, fake backend, DP memory
@@ -13,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +65,9 @@ def _notebook(tmp_path: Path, store: Path) -> Any:
 def test_notebook_writes_the_artefacts(tmp_path):
     records = sorted(FIXTURE.glob("*.json"))
     assert records, "fixture missing"
-    # the fixture store, plus a record file cut short by a crash: skipped with a warning naming it
-    store = tmp_path / "results"
-    shutil.copytree(FIXTURE, store)
-    (store / "0000000000000000.json").write_text('{"key": "0000000000000000", "net": "res')
     out = tmp_path / "paper_figures"
-    nb = _notebook(tmp_path, store)
+    nb = _notebook(tmp_path, FIXTURE)
     assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    warned = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
-    assert "skipped" in warned and "0000000000000000.json" in warned
     for name in ("table1.md", "table1.csv", "max_batch.md", "max_batch.csv", "figure4.png", "figure4.pdf"):
         assert (out / name).stat().st_size > 0, name
 
@@ -112,6 +108,20 @@ def test_notebook_on_an_empty_store_says_what_to_do_and_writes_nothing(tmp_path)
     assert f"no run records in {tmp_path / 'results'}" in text and "bash scripts/paper_figures.sh" in text
     assert "KeyError" not in text
     assert not (tmp_path / "paper_figures").exists()
+
+
+def test_the_figure_script_refuses_a_store_with_a_truncated_record(tmp_path):
+    # the fixture store, plus a record file cut short by a crash: a Table 1 cell would be "–" without a word
+    store = tmp_path / "results"
+    shutil.copytree(FIXTURE, store)
+    bad = store / "0000000000000000.json"
+    bad.write_text('{"key": "0000000000000000", "net": "res')
+    env = {**os.environ, "STAGES": "notebook", "RESULTS": str(store), "PYTHON": sys.executable,
+           "PAPER_FIGURES_OUT": str(tmp_path / "paper_figures"), "PAPER_FIGURES_MEMORY_MODEL": "liveness"}
+    out = subprocess.run(["bash", "scripts/paper_figures.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert f"{bad}: not valid JSON" in out.stderr and "Run the sweep that wrote each again" in out.stderr, out.stderr[-3000:]
+    assert not (tmp_path / "paper_figures").exists()  # nothing written
 
 
 def test_figures_of_a_store_whose_runs_all_failed(tmp_path):
