@@ -108,7 +108,6 @@ coarse optimum is an upper bound on the fine one.
 
 from __future__ import annotations
 
-import operator
 import time as _time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
@@ -117,11 +116,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp as highs_milp
 
-from ..fxnodes import is_random, output_tensors
+from ..fxnodes import is_random
 from ..graph import Graph
 from ..plan import InfeasibleBudget, Plan, register
-from ..schedule import Schedule, Writer, is_alias
+from ..schedule import Schedule, Writer
 from ..simulate import simulate
+from ..storage import Counted, joint_table
 
 if TYPE_CHECKING:
     import torch.fx as fx
@@ -270,73 +270,19 @@ def problem(g: Graph, max_nodes: int | None = None) -> Problem:
                    bwd_alive=np.hstack([alive, np.zeros_like(alive)]), fixed=fixed, **common)
 
 
-def _bytes(node: "fx.Node") -> int:
-    return 0 if is_alias(node) else sum(t.numel() * t.element_size() for _, t in output_tensors(node.meta.get("val")))
-
-
-@dataclass
-class _Storages:
-    """The storages of a traced step's forward values (one per output of a non-alias op of V) and who
-    reads them, as :mod:`recompute.simulate` resolves views and ``getitem``.
-
-    Attributes:
-        size: bytes of each storage.
-        node: its node of V.
-        of: fx node name → the storages a read of that node keeps alive (absent: a constant).
-    """
-
-    size: list[int]
-    node: list[int]
-    of: dict[str, tuple[int, ...]]
-
-    @classmethod
-    def build(cls, p: "Program") -> "_Storages":
-        out = cls([], [], {})
-        element: dict[tuple[str, int | None], int] = {}
-        for v, members in enumerate(p.members):
-            for x in members:
-                if not is_alias(x):
-                    made = []
-                    for i, t in output_tensors(x.meta.get("val")):
-                        element[(x.name, i)] = len(out.size)
-                        made.append(len(out.size))
-                        out.size.append(t.numel() * t.element_size())
-                        out.node.append(v)
-                    out.of[x.name] = tuple(made)
-        for x in p.joint.backward:
-            out.resolve(x, element)
-        for v, members in enumerate(p.members):
-            for x in members:
-                out.resolve(x, element)
-        return out
-
-    def resolve(self, x: "fx.Node", element: dict[tuple[str, int | None], int]) -> None:
-        """Record what a read of the alias ``x`` keeps alive: its base's storages, or one element."""
-        if x.name in self.of or not is_alias(x) or not x.all_input_nodes:
-            return
-        base = x.all_input_nodes[0]
-        self.resolve(base, element)
-        got = self.of.get(base.name)
-        if got is None:
-            return
-        if x.target is operator.getitem and len(got) > 1 and (base.name, x.args[1]) in element:
-            got = (element[(base.name, x.args[1])],)
-        self.of[x.name] = got
-
-    def read(self, x: "fx.Node") -> set[int]:
-        """The storages ``x`` reads."""
-        return {s for a in x.all_input_nodes for s in self.of.get(a.name, ())}
-
-
 def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Problem:
     """Prices from the joint program as the simulator replays the schedule ``_schedule`` writes (see
     the module docstring, Pricing)."""
     p = g.program
     joint = p.joint
     n = len(common["groups"])
-    st = _Storages.build(p)
-    size = np.asarray(st.size, dtype=np.int64)
-    group = where[np.asarray(st.node, dtype=np.int64)] if st.node else np.zeros(0, dtype=np.int64)
+    st = joint_table(joint).counted(x for members in p.members for x in members)  # V's values
+    size = st.size
+    node_of = np.zeros(len(size), dtype=np.int64)
+    for v, members in enumerate(p.members):
+        for x in members:
+            node_of[st.made(x)] = v
+    group = where[node_of]
     for v, nodes in enumerate(p.members):
         fixed[where[v]] |= any(is_random(x) for x in nodes)
     # backward ops by stage: their owner's, never before a gradient they read
@@ -353,18 +299,18 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
     forward = np.zeros(len(size), dtype=bool)
     for v, members in enumerate(p.members):
         for x in members:
-            for e in st.read(x):
+            for e in st.reads(x):
                 forward[e] |= group[e] != where[v]
     for x in p.joint.user_outputs:
-        forward[list(st.of.get(x.name, ()))] = True
-    reads = [st.read(x) for x in ordered]
+        forward[st.of(x)] = True
+    reads = [set(st.reads(x)) for x in ordered]
     backward = np.zeros(len(size), dtype=bool)
     for r in reads:
         backward[list(r)] = True
     saved = backward & ~forward
     stats = np.zeros(len(size), dtype=bool)
     for name in joint.buffer_writes:
-        stats[list(st.of.get(name, ()))] = True
+        stats[st.of(joint.node(name))] = True
     mem = np.bincount(group, weights=size * forward, minlength=n).astype(np.int64)
     mem_saved = np.bincount(group, weights=size * saved, minlength=n).astype(np.int64)
     held = np.bincount(group, weights=size * stats, minlength=n).astype(np.int64)
@@ -373,7 +319,7 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
     peak_node = np.repeat(np.arange(n), [len(x[0]) for x in peaks])
     peak_extra = np.concatenate([x[0] for x in peaks]) - mem[peak_node] - mem_saved[peak_node]
     peak_done = np.vstack([x[1] for x in peaks])
-    prologue = sum(_bytes(x) for x in p.prologue)
+    prologue = sum(st.table.nbytes(x) for x in p.prologue)
     needs = np.zeros((n, n), dtype=bool)
     needs_saved = np.zeros((n, n), dtype=bool)
     for s, r in zip(stages, reads):
@@ -385,7 +331,7 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
     steps = [(x.name, 0) for x in ordered]
     sim = simulate(p, Schedule(steps=steps, reads=[tuple((a.name, 0) for a in x.all_input_nodes) for x in ordered],
                                backward_start=0))
-    before = sim.live - np.array([_bytes(x) for x in ordered], dtype=np.int64)
+    before = sim.live - np.array([st.table.nbytes(x) for x in ordered], dtype=np.int64)
     between = np.zeros(n, dtype=np.int64)
     grads: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
     alive: list[np.ndarray] = [np.zeros((0, 2 * n), dtype=np.int64)] * n
@@ -409,19 +355,19 @@ def _traced(g: Graph, where: np.ndarray, fixed: np.ndarray, common: dict) -> Pro
                    bwd_alive=bwd_alive, fixed=fixed, stage_ops=stage_ops, **common)
 
 
-def _op_peaks(p: "Program", st: _Storages, grp: tuple[int, ...], stays: np.ndarray, group: np.ndarray,
+def _op_peaks(p: "Program", st: Counted, grp: tuple[int, ...], stays: np.ndarray, group: np.ndarray,
               mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The peaks of computing a group, its fx ops in order: (the bytes of its own storages alive at
     each op, each freed after its last read inside the group unless it ``stays``; (·, n) the bytes
     of the forward part ``mem`` of each input that no op from this one on reads), one per distinct
     second row (the larger first)."""
     ops = [x for v in grp for x in p.members[v]]
-    made = [st.of[x.name] if not is_alias(x) else () for x in ops]
+    made = [st.made(x) for x in ops]
     mine = {e for m in made for e in m}
     last = {e: q for q, m in enumerate(made) for e in m}  # own storage → its last op in the group
     ends: dict[int, int] = {}  # input storage → its last read in the group
     for q, x in enumerate(ops):
-        for e in st.read(x):
+        for e in st.reads(x):
             (last if e in mine else ends)[e] = q
     for e in mine:
         if stays[e]:
