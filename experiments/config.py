@@ -23,6 +23,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 import recompute
 from recompute import nets
+from recompute.memory_model import MemoryModel
 from recompute.validate import check_method
 
 from .results import StoreError, check_writable
@@ -61,15 +62,6 @@ class CostModel(StrEnum):
 
 
 MEMORY_MODEL_PLANNERS = ("exactdp", "approxdp", "exhaustive")  # the planners that take memory_model
-
-
-class MemoryModel(StrEnum):
-    """The DP planners' memory model: the simulator itself (``recompute.blockcost``: the plan's peak is
-    the measured one), the paper's eq. (2), or its liveness variant (``recompute.lowerset.block_memory``)."""
-
-    simulator = "simulator"
-    paper = "paper"
-    liveness = "liveness"
 
 
 class Strategy(StrEnum):

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from recompute import nets
+from recompute.memory_model import PLANNING, MemoryModel
 
 from .config import GIB
 from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
@@ -83,7 +84,7 @@ def _planned_with(df: pd.DataFrame, memory_model: str) -> pd.Series:
     return mm.isna() | (mm == memory_model)
 
 
-def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), memory_model: str = "simulator") -> pd.DataFrame:
+def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Records measured at the paper's scale: a memory backend in ``backends``, the net's paper input
     size, the paper's cost model, the DP planners' ``memory_model``, the smallest feasible budget, no
     capacity cap, default seed.
@@ -101,7 +102,7 @@ def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), me
     return df[keep]
 
 
-def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake", memory_model: str = "simulator") -> pd.DataFrame:
+def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake", memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Table 1 in long form: one row per (network, method) at the paper's batch, ours beside the paper's.
 
     Columns: network, method, batch_size, status, peak_gb, reduction (fraction vs our vanilla),
@@ -174,7 +175,7 @@ def table1_markdown(t: pd.DataFrame) -> str:
 
 
 def write_table1(df: pd.DataFrame, out: str | Path, stem: str = "table1", backend: str = "fake",
-                 memory_model: str = "simulator") -> pd.DataFrame:
+                 memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Table 1 of the records ``df`` as ``<out>/<stem>.csv`` (long form) and ``<stem>.md`` (the paper's
     layout, titled); returns the long form. Only Table 1 is written, so ``python -m experiments.figures``
     refreshes it from a store that holds the Table 1 sweep and nothing else."""
@@ -189,7 +190,7 @@ def write_table1(df: pd.DataFrame, out: str | Path, stem: str = "table1", backen
 
 
 def max_batch_table(df: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
-                    methods: Iterable[str] = FIGURE4_METHODS, memory_model: str = "simulator") -> pd.DataFrame:
+                    methods: Iterable[str] = FIGURE4_METHODS, memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Largest batch per (network, method) under ``device_memory_gb`` GiB, from paper-scale fake records
     (written by ``python -m experiments.max_batch``); ``proven`` is False where it is only a lower bound."""
     ours = paper_scale(df, ("fake",), memory_model)
@@ -219,7 +220,7 @@ def max_batch_markdown(mb: pd.DataFrame) -> str:
     return f"Largest batch under {gb:g} GiB (fake backend, paper input size)\n\n" + "\n".join(lines)
 
 
-def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = "simulator") -> pd.DataFrame:
+def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Timed records for Figure 4: one row per (net, method, batch) with ``seconds`` and, per
     (net, batch), ``vanilla_seconds`` = the median of every vanilla timing at that point (each run
     times vanilla beside its method, so there are several). If a net was timed at several input
@@ -383,7 +384,7 @@ def main() -> None:
     parser.add_argument("--results", default="results", help="the local results store")
     parser.add_argument("--out", default="paper_figures")
     parser.add_argument("--stem", default="table1", help="file name without extension")
-    parser.add_argument("--memory-model", default="simulator", choices=("simulator", "liveness", "paper"))
+    parser.add_argument("--memory-model", default=MemoryModel.simulator, choices=PLANNING, type=MemoryModel)
     args = parser.parse_args()
     df = results.load(args.results)
     require_records(df, args.results)

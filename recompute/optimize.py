@@ -75,7 +75,7 @@ def optimize(
     time-centric, at the smallest feasible budget when ``budget`` is None).
 
     ``memory_model`` applies to the DP methods: ``"liveness"`` (default) plans with what autograd
-    really keeps, ``"paper"`` with the paper's eq. (2) (see :func:`recompute.lowerset.block_memory`).
+    really keeps, ``"paper"`` with the paper's eq. (2) (see :class:`recompute.memory_model.MemoryModel`).
 
     A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no

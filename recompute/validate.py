@@ -16,13 +16,14 @@ from typing import Any, Mapping
 
 import torch
 
-from . import costs, lowerset
+from . import costs
 from .graph import Graph
+from .memory_model import PLANNING
 
 __all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_method", "check_cost_model"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
-_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": lowerset.DP_MEMORY_MODELS}
+_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": PLANNING}
 
 
 def _describe(value: Any) -> str:

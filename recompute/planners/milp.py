@@ -118,6 +118,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp as highs_milp
 
 from ..fxnodes import is_random
 from ..graph import Graph
+from ..memory_model import MemoryModel
 from ..plan import InfeasibleBudget, Plan, register
 from ..schedule import Schedule, Writer
 from ..simulate import simulate
@@ -936,11 +937,12 @@ def milp(g: Graph, *, budget: int | None = None, strategy: str | None = None, ti
         gap=(best.overhead - bound) / best.overhead if best.overhead else 0.0, mip_gap=sol.mip_gap,
         highs_seconds=sum(x.seconds for x in solves), solves=len(solves), model_peak=best.model_peak,
         milp_budget=best.model_budget, variables=solves[-1].variables if solves else 0,
-        rows=solves[-1].rows if solves else 0, R=sol.R, S=sol.S, model="milp",
+        rows=solves[-1].rows if solves else 0, R=sol.R, S=sol.S, model=MemoryModel.milp,
     )
     cached = frozenset(v for c in np.flatnonzero(sol.S[pb.n, :pb.n] | sol.S[pb.n, pb.n:]) for v in pb.groups[c])
+    model = MemoryModel.milp if g.program is None else MemoryModel.simulator
     return Plan(method="milp", strategy=None, lower_sets=[g.nodes], cached=cached, overhead=best.overhead,
-                peak=best.peak, budget=budget, info=info, memory_model="milp" if g.program is None else "simulator",
+                peak=best.peak, budget=budget, info=info, memory_model=model,
                 schedule=best.schedule)
 
 
