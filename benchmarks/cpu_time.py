@@ -22,6 +22,7 @@ from tqdm import tqdm
 import recompute
 from recompute import nets
 from recompute.measure import default_loss
+from recompute.memory_model import PLANNING, MemoryModel
 
 from .common import REPO, markdown_table, write_section
 
@@ -82,7 +83,7 @@ HEADERS = ["network", "batch × input", "method", "s / step (median)", "time vs 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--memory-model", default="simulator", choices=["simulator", "paper", "liveness"])
+    parser.add_argument("--memory-model", default=MemoryModel.simulator, choices=PLANNING, type=MemoryModel)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iterations", type=int, default=9, help="timed steps per method, in all")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over the methods the steps are split into")

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 import recompute
 from recompute import nets
+from recompute.memory_model import MemoryModel
 
 from .common import REPO, markdown_table, net_method_args, paper_table1, write_section
 
@@ -24,7 +25,7 @@ METHODS = {
     "chen": ("chen", None, None),
     "chen_greedy": ("chen_greedy", None, None),
     **{f"{dp}_{st}{suffix}": (dp, st, model)
-       for model, suffix in (("paper", ""), ("liveness", "+live"))
+       for model, suffix in ((MemoryModel.paper, ""), (MemoryModel.liveness, "+live"))
        for dp in ("approxdp", "exactdp") for st in ("mc", "tc")},
 }
 PAPER_COLUMN = {"vanilla": "vanilla_gb", "chen": "chen_gb", "approxdp_mc": "approxdp_mc_gb",
@@ -40,7 +41,8 @@ def run(net_names: list[str], method_names: list[str]) -> list[list[object]]:
         model, inputs = nets.build(name, fake_inputs=True)
         graph = recompute.trace(model, inputs)
         vanilla = recompute.measure(model, inputs, backend="fake").total_peak_bytes
-        predicted_vanilla = {m: recompute.plan(graph, "vanilla", memory_model=m).peak for m in ("paper", "liveness")}
+        predicted_vanilla = {m: recompute.plan(graph, "vanilla", memory_model=m).peak
+                             for m in (MemoryModel.paper, MemoryModel.liveness)}
         ref = paper.get(name, {})
         for label in method_names:
             method, strategy, memory_model = METHODS[label]
@@ -61,7 +63,7 @@ def run(net_names: list[str], method_names: list[str]) -> list[list[object]]:
             rows.append([
                 name, label, f"{got.total_peak_bytes / GIB:.2f}", f"{predicted / GIB:.2f}",
                 f"{predicted / got.total_peak_bytes:.2f}",
-                f"{plan.peak / predicted_vanilla[memory_model or 'paper'] - 1:+.1%}",
+                f"{plan.peak / predicted_vanilla[memory_model or MemoryModel.paper] - 1:+.1%}",
                 f"{got.total_peak_bytes / vanilla - 1:+.1%}",
                 paper_red, plan.overhead, f"{plan.solve_seconds:.2f}", "",
             ])

@@ -26,10 +26,11 @@ from tqdm import tqdm
 import recompute
 from recompute import nets
 from recompute.measure import default_loss
+from recompute.memory_model import MemoryModel
 
 from .common import REPO, markdown_table, net_method_args, write_section
 
-LIVENESS = {"memory_model": "liveness"}
+LIVENESS = {"memory_model": MemoryModel.liveness}
 CANONICAL: dict[str, tuple[str, str | None, dict[str, Any]]] = {
     "vanilla": ("vanilla", None, {}),
     **{f"{dp}_{st}": (dp, st, LIVENESS) for dp in ("approxdp", "exactdp") for st in ("tc", "mc")},

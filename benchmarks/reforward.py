@@ -20,10 +20,11 @@ from tqdm import tqdm
 
 import recompute
 from recompute import nets
+from recompute.memory_model import MemoryModel
 
 from .common import REPO, markdown_table, net_method_args, write_section
 
-LIVENESS = {"memory_model": "liveness"}
+LIVENESS = {"memory_model": MemoryModel.liveness}
 METHODS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
     "vanilla": ("vanilla", None, {}),
     "chen": ("chen", None, {}),

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 import recompute
 from recompute import nets
+from recompute.memory_model import PLANNING, MemoryModel
 from recompute.planners.dp import TooManyLowerSets, all_lower_sets
 
 from .common import REPO, markdown_table, write_section
@@ -57,7 +58,7 @@ def run(net_names: list[str], model: str, repeats: int) -> list[list[object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
-    parser.add_argument("--memory-model", default="paper", choices=["simulator", "paper", "liveness"])
+    parser.add_argument("--memory-model", default=MemoryModel.paper, choices=PLANNING, type=MemoryModel)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()

@@ -25,7 +25,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+import recompute
 from recompute import baselines, nets
+from recompute.memory_model import MemoryModel
 from recompute.plan import Door, methods, spec
 
 from .results import StoreError, check_writable
@@ -63,13 +65,6 @@ class CostModel(StrEnum):
     measured = "measured"
 
 
-class MemoryModel(StrEnum):
-    """The memory model of the planners that search under one (``recompute.plan.spec(m).simulator_default``): the simulator itself (``recompute.blockcost``: the plan's peak is
-    the measured one), the paper's eq. (2), or its liveness variant (``recompute.lowerset.block_memory``)."""
-
-    simulator = "simulator"
-    paper = "paper"
-    liveness = "liveness"
 
 
 class Strategy(StrEnum):

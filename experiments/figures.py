@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from recompute import nets
+from recompute.memory_model import MemoryModel
 
 from .config import GIB
 from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
@@ -34,7 +35,7 @@ __all__ = [
 
 TABLE1_METHODS = ["approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc", "chen", "vanilla"]  # its column order
 DP_METHODS = ("approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc")  # the Table 1 methods with a memory model
-MEMORY_MODELS = ("paper", "simulator")  # the paper's eq. (2) (reproduction), the exact simulated peak (ours)
+MEMORY_MODELS = (MemoryModel.paper, MemoryModel.simulator)  # the paper's eq. (2) (reproduction), the exact simulated peak (ours)
 FLAG_POINTS = 10.0  # a cell this many points of reduction from the paper's is explained (experiments.explain)
 TABLE1_COLUMNS = ["network", "method", "memory_model", "batch_size", "status", "peak_gb", "reduction", "paper_peak_gb",
                   "paper_reduction", "diff_points", "num_nodes", "paper_num_nodes", "k", "solve_seconds",
@@ -90,7 +91,7 @@ def _planned_with(df: pd.DataFrame, memory_model: str) -> pd.Series:
     return mm.isna() | (mm == memory_model)
 
 
-def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), memory_model: str = "simulator") -> pd.DataFrame:
+def paper_scale(df: pd.DataFrame, backends: Iterable[str] = ("fake", "cuda"), memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Records measured at the paper's scale: a memory backend in ``backends``, the net's paper input
     size, the paper's cost model, the DP planners' ``memory_model``, the smallest feasible budget, no
     capacity cap, default seed.
@@ -228,7 +229,7 @@ def _max_batch_records(df: pd.DataFrame, methods: Iterable[str], memory_model: s
 
 
 def max_batch_table(df: pd.DataFrame, device_memory_gb: float = PAPER_DEVICE_GB,
-                    methods: Iterable[str] = FIGURE4_METHODS, memory_model: str = "simulator") -> pd.DataFrame:
+                    methods: Iterable[str] = FIGURE4_METHODS, memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Largest batch per (network, method) under ``device_memory_gb`` GiB, from paper-scale fake records
     (written by ``python -m experiments.max_batch``); ``proven`` is False where it is only a lower bound."""
     ours = _max_batch_records(df, methods, memory_model)
@@ -262,7 +263,7 @@ def max_batch_markdown(mb: pd.DataFrame, records: str = "") -> str:
 
 
 def write_max_batch(df: pd.DataFrame, out: str | Path, device_memory_gb: float = PAPER_DEVICE_GB,
-                    memory_model: str = "simulator") -> pd.DataFrame:
+                    memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """``<out>/max_batch.{csv,md}`` from the records ``df``; returns the table."""
     mb = max_batch_table(df, device_memory_gb, memory_model=memory_model)
     mb.to_csv(Path(out) / "max_batch.csv", index=False, float_format="%.4f")
@@ -271,7 +272,7 @@ def write_max_batch(df: pd.DataFrame, out: str | Path, device_memory_gb: float =
     return mb
 
 
-def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = "simulator") -> pd.DataFrame:
+def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = MemoryModel.simulator) -> pd.DataFrame:
     """Timings for Figure 4: one row per (net, method, batch) with every timed iteration (``samples``)
     and their ``n``, ``seconds`` (mean) and ``std``. Each run times vanilla beside its method, so
     vanilla's samples are those of every run at that point, pooled. A record of schema < 4 kept only

@@ -32,6 +32,8 @@ from recompute import nets
 from recompute.baselines import Unsupported
 from recompute.exactness import compare
 from recompute.measure import default_loss
+from recompute.memory_model import MemoryModel
+from recompute.plan import spec
 from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.exhaustive import GraphTooLarge
 
@@ -303,7 +305,8 @@ def _size(b: int | None) -> str:
 
 
 # what the DP planners' search optimised, by memory model
-_SEARCH = {"simulator": "its own block costs", "liveness": "liveness model", "paper": "eq. (2)"}
+_SEARCH = {MemoryModel.simulator: "its own block costs", MemoryModel.liveness: "liveness model",
+           MemoryModel.paper: "eq. (2)"}
 
 
 def summary(rec: RunRecord) -> str:

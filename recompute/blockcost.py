@@ -28,7 +28,6 @@ ops read forward values in ways this decomposition does not cover (none of the z
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -36,8 +35,8 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from .fxnodes import output_tensors
-from .schedule import held, is_alias
+from .schedule import held
+from .storage import joint_table
 
 if TYPE_CHECKING:
     import torch.fx as fx
@@ -116,53 +115,22 @@ class BlockCosts:
         joint = p.joint
         fwd_nodes = [n for n in joint.forward if n.name in p.group]
         ops: list[fx.Node] = fwd_nodes + list(joint.backward)
-        op_id = {n.name: i for i, n in enumerate(ops)}
         n_fwd = len(fwd_nodes)
-        # storages: element outputs of non-alias ops
-        st_of: dict[tuple[str, int | None], int] = {}
-        sizes: list[int] = []
-        st_node: list[int] = []
-        make: list[list[int]] = [[] for _ in ops]
-        for i, node in enumerate(ops):
-            if is_alias(node):
-                continue
-            for idx, t in output_tensors(node.meta.get("val")):
-                st_of[(node.name, idx)] = len(sizes)
-                sizes.append(t.numel() * t.element_size())
-                st_node.append(p.group[node.name] if i < n_fwd else -1)
-                make[i].append(st_of[(node.name, idx)])
-        roots_memo: dict[str, tuple[int, ...] | None] = {}
-        elements = {node.name: tuple(make[i]) for i, node in enumerate(ops) if not is_alias(node)}
+        # storages: the outputs of these ops (the prologue's, the tangents' and the parameters' are constants)
+        st = joint_table(joint).counted(ops)
+        make = [st.made(node) for node in ops]
+        st_node = [-1] * len(st.size)
+        for i, node in enumerate(fwd_nodes):
+            for s in make[i]:
+                st_node[s] = p.group[node.name]
 
-        def roots(node: fx.Node) -> tuple[int, ...] | None:
-            """Storages a read of ``node`` keeps alive (as :mod:`recompute.simulate` resolves aliases);
-            None for a constant (prologue, tangent, parameter, input)."""
-            if node.name not in roots_memo:
-                if node.name in elements:
-                    roots_memo[node.name] = elements[node.name]
-                elif is_alias(node) and node.all_input_nodes:
-                    base = node.all_input_nodes[0]
-                    out = roots(base)
-                    key = (base.name, node.args[1]) if node.target is operator.getitem else None
-                    if out is not None and len(out) > 1 and key in st_of:
-                        out = (st_of[key],)  # one element of a multi-output op
-                    roots_memo[node.name] = out
-                else:
-                    roots_memo[node.name] = None
-            return roots_memo[node.name]
-
-        for node in ops:  # fill the memo in order (recursion depth stays small)
-            roots(node)
-        readers: list[list[int]] = [[] for _ in sizes]
+        readers: list[list[int]] = [[] for _ in st.size]
         fwd_read_nodes: list[set[int]] = [set() for _ in ops]
         for i, node in enumerate(ops):
-            for a in node.all_input_nodes:
-                r = roots(a)
-                for s in r or ():
-                    if not readers[s] or readers[s][-1] != i:
-                        readers[s].append(i)
-                    if st_node[s] >= 0:
-                        fwd_read_nodes[i].add(st_node[s])
+            for s in st.reads(node):
+                readers[s].append(i)
+                if st_node[s] >= 0:
+                    fwd_read_nodes[i].add(st_node[s])
         # K(x): the minimal owners over x and its backward ancestors (minimal elements of a union are
         # the minimal elements of the union of the parts' minimal elements)
         n = g.n
@@ -192,20 +160,19 @@ class BlockCosts:
         for i, node in enumerate(fwd_nodes):
             fwd_lists[p.group[node.name]].append(i)
         # what outlives its readers
-        writes = {st_of[(k[0], k[1])] for name in joint.buffer_writes for k in [_storage_key(joint.node(name), st_of)]
-                  if k is not None}
+        writes = {s for name in joint.buffer_writes for s in st.of(joint.node(name))}
         outs: set[int] = set()
         for node in [*joint.user_outputs, *(joint.node(name) for name in joint.gradients)]:
-            outs.update(roots(node) or ())
-        size = np.asarray(sizes, np.int64)
-        st_out = np.zeros(len(sizes), bool)  # BatchNorm statistics too: the schedule holds them to the end
+            outs.update(st.of(node))
+        size = st.size
+        st_out = np.zeros(len(size), bool)  # BatchNorm statistics too: the schedule holds them to the end
         st_out[list(outs | writes)] = True
         node_of = np.asarray(st_node, np.int64)
-        st_held = np.zeros(len(sizes), bool)
+        st_held = np.zeros(len(size), bool)
         for v, members in enumerate(p.members):
             for node in members:
                 if held(node, joint):
-                    st_held[list(roots(node) or ())] = True
+                    st_held[st.of(node)] = True
         st_held &= ~st_out
         cache = np.zeros(n, np.int64)
         saved = np.zeros(n, np.int64)
@@ -222,12 +189,8 @@ class BlockCosts:
         for keys in k_lists:
             if len(keys) == 1 and keys[0] < n:
                 has_own[keys[0]] = True
-        constant = 0
-        for node in p.prologue:
-            if not is_alias(node):
-                constant += sum(t.numel() * t.element_size() for _, t in output_tensors(node.meta.get("val")))
-        tangents = sum(t.numel() * t.element_size() for name in joint.tangents
-                       for _, t in output_tensors(joint.node(name).meta.get("val")))
+        constant = sum(st.table.nbytes(node) for node in p.prologue)
+        tangents = sum(st.table.nbytes(joint.node(name)) for name in joint.tangents)
         fwd_ptr, fwd_idx = _csr(fwd_lists)
         key_ptr, key_idx = _csr(key_lists)
         k_ptr, k_idx = _csr([[] for _ in range(n_fwd)] + k_lists)
@@ -271,13 +234,6 @@ class BlockCosts:
             m += int(self.cache[sorted(boundary[r - 1] - lower)].sum())
             lower = seq[r - 1]
         return int(best)
-
-
-def _storage_key(node: "fx.Node", st_of: dict) -> tuple[str, int | None] | None:
-    """The (op, element) storage key of a buffer write's fx node, or None for a prologue constant."""
-    if node.target is operator.getitem and (node.args[0].name, node.args[1]) in st_of:
-        return node.args[0].name, node.args[1]
-    return (node.name, None) if (node.name, None) in st_of else None
 
 
 @dataclass

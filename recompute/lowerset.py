@@ -23,13 +23,8 @@ __all__ = [
     "check_sequence",
     "cached_set",
     "overhead",
-    "block_memory",
-    "peak",
     "pruned_lower_sets",
     "split_candidates",
-    "gradient_allowance",
-    "MEMORY_MODELS",
-    "DP_MEMORY_MODELS",
 ]
 
 NodeSet = AbstractSet[int]
@@ -100,63 +95,6 @@ def overhead(g: Graph, seq: Sequence[NodeSet], *, include_last: bool = False) ->
     for lower, block in zip(seq[:last], vs[:last]):
         total += sum(int(g.time[v]) for v in block - boundary(g, frozenset(lower)))
     return total
-
-
-def _m(g: Graph, s: Iterable[int]) -> int:
-    return sum(int(g.mem[v]) for v in s)
-
-
-MEMORY_MODELS = ("paper", "liveness")
-DP_MEMORY_MODELS = ("simulator", *MEMORY_MODELS)  # the DPs' choices: the simulator's block costs, or a formula
-
-
-def _s(g: Graph, s: Iterable[int]) -> int:
-    return sum(int(g.saved[v]) for v in s)
-
-
-def gradient_allowance(g: Graph) -> int:
-    """The liveness model's working set of gradients: 2 max_v M_v (the gradient arriving at a node and
-    the one it produces)."""
-    return 2 * int(g.mem.max()) if g.n else 0
-
-
-def block_memory(g: Graph, seq: Sequence[NodeSet], model: str = "paper") -> list[int]:
-    """Memory of the backward pass of every block i.
-
-    ``model="paper"`` is eq. (2):
-
-        M(i) = M(U_{i-1}) + 2 M(V_i) + M(δ⁺(L_i) \\ L_i) + M(δ⁻(δ⁺(L_i)) \\ L_i).
-
-    It assumes every value of V_i and its gradient are alive at once, and that every op keeps all its
-    inputs. ``model="liveness"`` counts what plain autograd really keeps (``Graph.saved``, S_v ≤ M_v):
-
-        M'(i) = M(U_i) + S(V_i \\ ∂(L_i)) + M(δ⁺(L_i) \\ L_i) + S(δ⁻(δ⁺(L_i)) \\ L_i) + 2 max_v M_v,
-
-    i.e. the cache (the boundary of L_i included, kept whole), the saved values of the recomputed
-    rest of the block, the gradients arriving from above, the saved inputs of the nodes above, and
-    two gradients in flight.
-    """
-    if model not in MEMORY_MODELS:
-        raise ValueError(f"unknown memory model {model!r}; choose one of {', '.join(MEMORY_MODELS)}")
-    out: list[int] = []
-    cached: frozenset[int] = frozenset()
-    for lower, block in zip(seq, blocks(seq)):
-        lower = frozenset(lower)
-        above = delta_plus(g, lower) - lower
-        inputs_above = delta_minus(g, above) - lower
-        if model == "paper":
-            out.append(_m(g, cached) + 2 * _m(g, block) + _m(g, above) + _m(g, inputs_above))
-            cached = cached | boundary(g, lower)
-        else:
-            cached = cached | boundary(g, lower)
-            out.append(_m(g, cached) + _s(g, block - cached) + _m(g, above) + _s(g, inputs_above)
-                       + gradient_allowance(g))
-    return out
-
-
-def peak(g: Graph, seq: Sequence[NodeSet], model: str = "paper") -> int:
-    """M({L_1 ≺ … ≺ L_k}) = max_i M(i), eq. (2) (or its liveness variant, see :func:`block_memory`)."""
-    return max(block_memory(g, seq, model))
 
 
 def pruned_lower_sets(g: Graph) -> list[frozenset[int]]:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import baselines, lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
+from .memory_model import MemoryModel
 from .schedule import Schedule, canonical
 from .simulate import simulate
 from .validate import check_budget, check_graph, check_options, keyword_options
@@ -45,8 +46,7 @@ class Plan:
         budget: the memory budget B the plan was solved for (``None`` where the method takes none).
         solve_seconds: wall time of the planner.
         info: method-specific facts (number of lower sets, time quantisation, search steps, …).
-        memory_model: ``"simulator"``, ``"paper"`` (eq. 2) or ``"liveness"``
-            (:func:`recompute.lowerset.block_memory`): what ``peak`` and ``budget`` are expressed in.
+        memory_model: what ``peak`` and ``budget`` are expressed in (:class:`~recompute.memory_model.MemoryModel`).
         schedule: the executable schedule of a plan that is no canonical strategy (it recomputes
             more than once: :mod:`recompute.planners.multirecompute`); such a plan carries the trivial
             sequence [V] and the schedule says what runs. ``None`` for a lower-set plan.
@@ -61,7 +61,7 @@ class Plan:
     budget: int | None = None
     solve_seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
-    memory_model: str = "paper"
+    memory_model: MemoryModel = MemoryModel.paper
     schedule: Schedule | None = field(default=None, repr=False)
 
     @classmethod
@@ -73,23 +73,20 @@ class Plan:
         method: str,
         strategy: str | None = None,
         budget: int | None = None,
-        memory_model: str = "paper",
+        memory_model: MemoryModel = MemoryModel.paper,
         **info: Any,
     ) -> "Plan":
         """Validate a lower-set sequence and evaluate it with eq. (1) and eq. (2) (or ``memory_model``)."""
         seq = [frozenset(s) for s in seq]
         lowerset.check_sequence(g, seq)
-        if memory_model == "simulator":
-            peak = simulate(g.program, canonical(g, seq)).peak
-        else:
-            peak = lowerset.peak(g, seq, memory_model)
+        memory_model = MemoryModel.parse(memory_model)
         return cls(
             method=method,
             strategy=strategy,
             lower_sets=seq,
             cached=lowerset.cached_set(g, seq),
             overhead=lowerset.overhead(g, seq),
-            peak=peak,
+            peak=memory_model.peak(g, seq),
             budget=budget,
             info=dict(info),
             memory_model=memory_model,
@@ -301,17 +298,17 @@ def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: s
 
     def solve(b: int | None) -> Plan:
         p = entry.solve(graph, b, strategy, options)
-        if p.memory_model == "simulator":
+        if p.memory_model == MemoryModel.simulator:
             return p  # costed by the simulator itself: its peak and budget already mean what runs
         p.info["model_peak"], p.info["model"] = p.peak, p.memory_model
-        p.peak, p.memory_model = simulated_peak(graph, p), "simulator"
+        p.peak, p.memory_model = simulated_peak(graph, p), MemoryModel.simulator
         p.budget = budget
         return p
 
-    if entry.simulator_default and options.get("memory_model") in (None, "simulator"):
+    if entry.simulator_default and options.get("memory_model") in (None, MemoryModel.simulator):
         if BlockCosts.of(graph) is not None:
             return solve(budget)
-        options = {**options, "memory_model": "liveness"}  # not decomposable: plan, then price (below)
+        options = {**options, "memory_model": MemoryModel.liveness}  # not decomposable: plan, then price (below)
     best = solve(None)
     if budget is None and entry.searches_budget:
         return _smallest(solve, best)

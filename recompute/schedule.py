@@ -17,30 +17,23 @@ reason the prologue's values and BatchNorm's new statistics are held to the end 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-import torch
 import torch.fx as fx
 
 from . import lowerset
 from .fxnodes import is_random, output_tensors
+from .storage import is_alias
 
 if TYPE_CHECKING:
     from .graph import Graph
     from .joint import JointProgram
     from .trace import Program
 
-__all__ = ["Instance", "Schedule", "Writer", "canonical", "forward_order", "rng_order_preds", "is_alias", "held"]
+__all__ = ["Instance", "Schedule", "Writer", "canonical", "forward_order", "rng_order_preds", "held"]
 
 Instance = tuple[str, int]
-
-
-def is_alias(node: fx.Node) -> bool:
-    """Views and ``getitem`` share their base's storage: they allocate nothing."""
-    t = node.target
-    return t is operator.getitem or (isinstance(t, torch._ops.OpOverload) and t.is_view)
 
 
 def held(node: fx.Node, joint: "JointProgram") -> bool:

@@ -1,31 +1,34 @@
 """The memory simulator: the exact peak of a :class:`~recompute.schedule.Schedule`, in bytes.
 
 It replays the schedule the way :mod:`recompute.execute` runs it and :mod:`recompute.measure`
-meters it: every op instance allocates its outputs (each output of a multi-output op its own storage;
-views and ``getitem`` share their base's), the peak is taken with the op's inputs and outputs alive,
-and then every storage whose last use (over all its views) has passed is freed. Parameters, buffers
-and inputs exist before the step and are not counted; the tangents arrive when the backward phase
-starts and are held by the caller until it ends; the step's outputs (parameter gradients, the model's outputs) live to the end, and the new
-BatchNorm statistics until the forward phase ends, when they are written to the buffers.
+meters it: every op instance allocates its outputs (the storages of :mod:`recompute.storage`: each
+output of a multi-output op its own, views and ``getitem`` their base's), the peak is taken with the
+op's inputs and outputs alive, and then every storage whose last use (over all its views) has passed
+is freed. Parameters, buffers and inputs exist before the step and are not counted; the tangents
+arrive when the backward phase starts and are held by the caller until it ends; the step's outputs
+(parameter gradients, the model's outputs) live to the end, and the new BatchNorm statistics until
+the forward phase ends, when they are written to the buffers.
+
+:func:`simulate_partition` prices the same way a forward and a backward ``fx.GraphModule`` run as
+training runs them (AOTAutograd's partitions, PyTorch's or ours).
 """
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
+import torch.fx as fx
 
-from .fxnodes import output_tensors
-from .schedule import Instance, Schedule, is_alias
+from .schedule import Instance, Schedule
+from .storage import StorageTable, joint_table
 
 if TYPE_CHECKING:
     from .trace import Program
 
-__all__ = ["Simulation", "simulate"]
-
-Storage = tuple[str, int, "int | None"]  # (op node, copy, output index)
+__all__ = ["Simulation", "simulate", "simulate_partition"]
 
 
 @dataclass
@@ -43,91 +46,139 @@ class Simulation:
     live: np.ndarray
 
 
-def simulate(p: "Program", s: Schedule) -> Simulation:
-    """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
-    joint = p.joint
-    # storage of every value instance: op outputs are their own, aliases share their base's
-    storage_of: dict[Instance, Storage | None] = {}
-    size: dict[Storage, int] = {}
-    for name in joint.tangents:
-        node = joint.node(name)
-        st = (name, 0, None)
-        storage_of[(name, 0)] = st
-        size[st] = sum(t.numel() * t.element_size() for _, t in output_tensors(node.meta.get("val")))
-    creates: list[list[Storage]] = []
-    for inst, reads in zip(s.steps, s.reads):
-        node = joint.node(inst[0])
-        if is_alias(node):
-            base = storage_of.get(reads[0]) if reads else None
-            if node.target is operator.getitem and base is not None and base[2] is None:
-                base = (base[0], base[1], node.args[1])  # element of a multi-output op
-            storage_of[inst] = base
-            creates.append([])
-            continue
-        outs = output_tensors(node.meta.get("val"))
-        made = []
-        for i, t in outs:
-            st = (inst[0], inst[1], i)
-            size[st] = t.numel() * t.element_size()
-            made.append(st)
-        storage_of[inst] = made[0] if len(made) == 1 else (inst[0], inst[1], None)
-        creates.append(made)
-    elements: dict[Instance, list[Storage]] = {}
-    for st in size:
-        elements.setdefault((st[0], st[1]), []).append(st)
-
-    def whole(st: Storage) -> list[Storage]:
-        """A multi-output value (index None, no storage of its own) stands for all its outputs."""
-        return [st] if st in size else elements.get((st[0], st[1]), [])
-
-    # last use of every storage: reads (through aliases), releases, and the step's outputs
-    n = len(s.steps)
-    last: dict[Storage, int] = {}
-    for step, reads in enumerate(s.reads):
-        for r in reads:
-            st = storage_of.get(r)
-            if st is None:
-                continue
-            for target in whole(st):
-                last[target] = max(last.get(target, -1), step)
-    for step, insts in s.release.items():
-        for r in insts:
-            st = storage_of.get(r)
-            if st is not None:
-                for target in whole(st):
-                    last[target] = max(last.get(target, -1), step)
-    forward_end = s.backward_start - 1
-    for name in joint.buffer_writes:
-        st = storage_of.get((name, 0))
-        if st is not None:
-            last[st] = max(last.get(st, -1), forward_end)
-    # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
-    for name in joint.tangents:
-        last[storage_of[(name, 0)]] = n
-    for node in [*joint.user_outputs, *(joint.node(g) for g in joint.gradients)]:
-        st = storage_of.get((node.name, 0))
-        if st is not None:
-            for target in whole(st):
-                last[target] = n
-    dies: dict[int, list[Storage]] = {}
+def _replay(size: np.ndarray, creates: list[list[tuple[int, int]]], last: Mapping[tuple[int, int], int],
+            arrive: int, arriving: Iterable[tuple[int, int]]) -> Simulation:  # fmt: skip
+    """Live bytes step by step: storage instances (storage, copy) appear when their step creates them
+    (``arriving`` ones at step ``arrive``) and are freed after their ``last`` step; one that nothing
+    reads dies right after the step that made it. Storages neither created nor arriving (parameters,
+    inputs) are not counted."""
+    n = len(creates)
+    arriving = list(arriving)
+    counted = {st for made in creates for st in made} | set(arriving)  # not constants read by the steps
+    dies: dict[int, list[tuple[int, int]]] = {}
     for st, step in last.items():
-        dies.setdefault(step, []).append(st)
+        if st in counted:
+            dies.setdefault(step, []).append(st)
+    arrived = sum(int(size[s]) for s, _ in arriving)
     live_now = 0
     curve = np.zeros(n, dtype=np.int64)
     peak, peak_step = 0, 0
-    tangent_storages = [storage_of[(t, 0)] for t in joint.tangents]
     for step in range(n):
-        if step == s.backward_start:
-            live_now += sum(size[t] for t in tangent_storages)
+        if step == arrive:
+            live_now += arrived
         for st in creates[step]:
-            live_now += size[st]
+            live_now += int(size[st[0]])
         curve[step] = live_now
         if live_now > peak:
             peak, peak_step = live_now, step
         for st in dies.get(step, ()):
-            live_now -= size[st]
-        # a created storage nothing reads dies at once
+            live_now -= int(size[st[0]])
         for st in creates[step]:
             if st not in last:
-                live_now -= size[st]
+                live_now -= int(size[st[0]])
     return Simulation(peak=int(peak), peak_step=peak_step, live=curve)
+
+
+def _extend(last: dict[tuple[int, int], int], storages: Iterable[tuple[int, int]], step: int) -> None:
+    for st in storages:
+        last[st] = max(last.get(st, -1), step)
+
+
+def simulate(p: "Program", s: Schedule) -> Simulation:
+    """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
+    joint = p.joint
+    table = joint_table(joint)
+    node = joint.node
+    # the copy of its storages a read of each instance keeps alive: an op instance's own, an alias's base's
+    copy: dict[Instance, int] = {(name, 0): 0 for name in joint.tangents}
+    creates: list[list[tuple[int, int]]] = []
+    for inst, reads in zip(s.steps, s.reads):
+        x = node(inst[0])
+        if x in table.made:
+            copy[inst] = inst[1]
+            creates.append([(st, inst[1]) for st in table.made[x]])
+            continue
+        if reads and reads[0] in copy:
+            copy[inst] = copy[reads[0]]
+        creates.append([])
+
+    def storages(inst: Instance) -> list[tuple[int, int]]:
+        c = copy.get(inst)
+        return [] if c is None else [(st, c) for st in table.of.get(node(inst[0]), ())]
+
+    # last use of every storage: reads (through aliases), releases, and the step's outputs
+    n = len(s.steps)
+    last: dict[tuple[int, int], int] = {}
+    for step, reads in enumerate(s.reads):
+        for r in reads:
+            _extend(last, storages(r), step)
+    for step, insts in s.release.items():
+        for r in insts:
+            _extend(last, storages(r), step)
+    for name in joint.buffer_writes:
+        _extend(last, storages((name, 0)), s.backward_start - 1)
+    tangents = [st for name in joint.tangents for st in storages((name, 0))]
+    # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
+    _extend(last, tangents, n)
+    for x in [*joint.user_outputs, *(node(g) for g in joint.gradients)]:
+        _extend(last, storages((x.name, 0)), n)
+    return _replay(table.size, creates, last, s.backward_start, tangents)
+
+
+def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,
+                       received: Mapping[str, str] | None = None, hold_saved: bool = False) -> Simulation:  # fmt: skip
+    """The peak of one training step run as a (forward, backward) pair of ``fx.GraphModule``\\ s whose
+    nodes carry ``meta["val"]``, such as AOTAutograd's partitioners return.
+
+    The forward's call_function nodes run in graph order, then the backward's. The forward's
+    placeholders (parameters, buffers, inputs) and constants exist before the step and are not
+    counted. A backward placeholder is handed the forward value named ``received[name]`` (default: the
+    forward node of the same name, AOTAutograd's convention for saved values); the others (the
+    tangents) arrive when the backward starts and are held to its end. A saved value lives until its
+    last read in the backward (``hold_saved``: to the end, as when the caller keeps the saved tensors
+    through the whole backward); the forward's other outputs (the model's outputs, updated buffers)
+    and the backward's outputs (the gradients) live to the end of the step. Returns the
+    :class:`Simulation` over the steps, forward first.
+    """
+    fwd_by_name = {x.name: x for x in forward.graph.nodes}
+    bwd_inputs = [x for x in backward.graph.nodes if x.op == "placeholder"]
+    names = received if received is not None else {x.name: x.name for x in bwd_inputs if x.name in fwd_by_name}
+    links: dict[fx.Node, fx.Node] = {}
+    for x in bwd_inputs:
+        if x.name in names:
+            if names[x.name] not in fwd_by_name:
+                raise ValueError(f"simulate_partition: received[{x.name!r}] = {names[x.name]!r} names no node of "
+                                 "the forward module; map each saved input of the backward to a forward node")
+            links[x] = fwd_by_name[names[x.name]]
+    table = StorageTable.build([*forward.graph.nodes, *backward.graph.nodes], links)
+    steps = [x for g in (forward, backward) for x in g.graph.nodes if x.op == "call_function"]
+    backward_start = sum(1 for x in forward.graph.nodes if x.op == "call_function")
+    creates = [[(st, 0) for st in table.made.get(x, ())] for x in steps]
+    n = len(steps)
+    last: dict[tuple[int, int], int] = {}
+    for step, x in enumerate(steps):
+        _extend(last, ((st, 0) for st in table.reads(x)), step)
+    given = [(st, 0) for x in bwd_inputs if x not in links for st in table.of.get(x, ())]
+    _extend(last, given, n)
+    if hold_saved:
+        _extend(last, ((st, 0) for x in links for st in table.of.get(x, ())), n)
+    # forward outputs the backward is not handed (a value handed once and returned twice is both)
+    handed = Counter(links.values())
+    for x in _outputs(forward):
+        if handed[x] > 0:
+            handed[x] -= 1
+        else:
+            _extend(last, ((st, 0) for st in table.of.get(x, ())), n)
+    for x in _outputs(backward):
+        _extend(last, ((st, 0) for st in table.of.get(x, ())), n)
+    return _replay(table.size, creates, last, backward_start, given)
+
+
+def _outputs(gm: fx.GraphModule) -> list[fx.Node]:
+    """The fx nodes ``gm`` returns (flattened)."""
+    out: list[fx.Node] = []
+    for x in gm.graph.nodes:
+        if x.op == "output":
+            fx.node.map_arg(x.args, out.append)
+    return out
+

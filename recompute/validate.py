@@ -17,14 +17,15 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from . import costs, lowerset
+from . import costs
 from .graph import Graph
+from .memory_model import PLANNING
 
 __all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_cost_model", "check_options",
            "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
-_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": lowerset.DP_MEMORY_MODELS}
+_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": PLANNING}
 
 
 def describe(value: Any) -> str:

@@ -16,7 +16,7 @@ import time
 
 import recompute
 from recompute import nets
-from recompute.lowerset import DP_MEMORY_MODELS
+from recompute.memory_model import PLANNING
 from recompute.plan import STRATEGIES, spec
 
 
@@ -28,7 +28,7 @@ def main() -> None:
         for method in recompute.methods():
             s = spec(method)
             strategies = STRATEGIES if s.takes_strategy else (None,)
-            models = DP_MEMORY_MODELS if s.takes_memory_model else (None,)
+            models = PLANNING if s.takes_memory_model else (None,)
             for strategy, memory_model in itertools.product(strategies, models):
                 options = {} if memory_model is None else {"memory_model": memory_model}
                 try:

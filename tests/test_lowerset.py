@@ -9,6 +9,9 @@ from .strategies import chain, dags, fig2_skip, siamese
 
 from recompute import lowerset
 from recompute.graph import Graph
+from recompute.memory_model import MemoryModel
+
+PAPER = MemoryModel.paper
 
 # --- eq. (1) and eq. (2) by hand ------------------------------------------------------------------
 
@@ -24,8 +27,8 @@ def test_chain_by_hand() -> None:
     assert lowerset.overhead(g, seq, include_last=True) == 1 + 7
     # eq. (2): M(1) = M(U0) + 2 M({0,1}) + M(δ⁺(L1) \ L1 = {2}) + M(δ⁻({2}) \ L1 = ∅) = 0 + 6 + 3 + 0 = 9
     #          M(2) = M(U1 = {1}) + 2 M({2,3}) + 0 + 0 = 2 + 14 = 16
-    assert lowerset.block_memory(g, seq) == [9, 16]
-    assert lowerset.peak(g, seq) == 16
+    assert PAPER.block_memory(g, seq) == [9, 16]
+    assert PAPER.peak(g, seq) == 16
     assert lowerset.cached_set(g, seq) == {1}
 
 
@@ -39,9 +42,9 @@ def test_fig2_skip_by_hand() -> None:
     assert lowerset.overhead(g, seq, include_last=True) == 6 + 8
     # eq. (2): M(1) = 0 + 2·(1+2+3) + M({3}) + M(δ⁻({3}) \ L1 = ∅) = 12 + 4 = 16
     #          M(2) = M(U1 = {0, 2}) + 2 M({3}) = 4 + 8 = 12
-    assert lowerset.block_memory(g, seq) == [16, 12]
+    assert PAPER.block_memory(g, seq) == [16, 12]
     # Vanilla (k = 1): 2 M(V) = 20; ∂(L) = {0, 1} for L = {0, 1}: the skip keeps 0 in every boundary.
-    assert lowerset.peak(g, [g.nodes]) == 20
+    assert PAPER.peak(g, [g.nodes]) == 20
     assert lowerset.boundary(g, {0, 1}) == {0, 1}
 
 
@@ -54,8 +57,8 @@ def test_siamese_by_hand() -> None:
     assert lowerset.overhead(g, seq, include_last=True) == 13
     # eq. (2): M(1) = 0 + 2·(1+2) + M(δ⁺(L1) \ L1 = {4}) + M(δ⁻({4}) \ L1 = {3}) = 6 + 5 + 4 = 15
     #          M(2) = M(U1 = {1}) + 2·(3+4+5) = 2 + 24 = 26
-    assert lowerset.block_memory(g, seq) == [15, 26]
-    assert lowerset.peak(g, seq) == 26
+    assert PAPER.block_memory(g, seq) == [15, 26]
+    assert PAPER.peak(g, seq) == 26
 
 
 def test_check_sequence_rejects() -> None:
@@ -125,10 +128,36 @@ def test_sequence_costs(case: tuple[Graph, frozenset[int], frozenset[int]]) -> N
     assert lowerset.overhead(g, seq, include_last=True) == sum(int(g.time[v]) for v in g.nodes - kept)
     last = lowerset.blocks(seq)[-1]
     assert lowerset.overhead(g, seq) == lowerset.overhead(g, seq, include_last=True) - sum(int(g.time[v]) for v in last)
-    assert lowerset.peak(g, seq) == max(lowerset.block_memory(g, seq)) <= lowerset.peak(g, [g.nodes]) + g.total_mem()
-    assert lowerset.peak(g, [g.nodes]) == 2 * g.total_mem()
+    assert PAPER.peak(g, seq) == max(PAPER.block_memory(g, seq)) <= PAPER.peak(g, [g.nodes]) + g.total_mem()
+    assert PAPER.peak(g, [g.nodes]) == 2 * g.total_mem()
+    assert PAPER.block_memory(g, seq) == _eq2(g, seq)
+    assert MemoryModel.liveness.block_memory(g, seq) == _liveness(g, seq)
     if len(seq) > 1:  # repeating or reversing sets is rejected
         with pytest.raises(ValueError):
             lowerset.check_sequence(g, [seq[0], *seq])
         with pytest.raises(ValueError):
             lowerset.check_sequence(g, seq[::-1])
+
+
+def _eq2(g: Graph, seq: list[frozenset[int]]) -> list[int]:
+    """Eq. (2) verbatim: M(i) = M(U_{i-1}) + 2 M(V_i) + M(δ⁺(L_i) \\ L_i) + M(δ⁻(δ⁺(L_i)) \\ L_i)."""
+    m = lambda s: sum(int(g.mem[v]) for v in s)  # noqa: E731
+    out, cached = [], frozenset()
+    for lower, block in zip(seq, lowerset.blocks(seq)):
+        above = lowerset.delta_plus(g, lower) - lower
+        out.append(m(cached) + 2 * m(block) + m(above) + m(lowerset.delta_minus(g, above) - lower))
+        cached |= lowerset.boundary(g, lower)
+    return out
+
+
+def _liveness(g: Graph, seq: list[frozenset[int]]) -> list[int]:
+    """M'(i) = M(U_i) + S(V_i \\ U_i) + M(δ⁺(L_i) \\ L_i) + S(δ⁻(δ⁺(L_i)) \\ L_i) + 2 max_v M_v."""
+    m = lambda s: sum(int(g.mem[v]) for v in s)  # noqa: E731
+    saved = lambda s: sum(int(g.saved[v]) for v in s)  # noqa: E731
+    out, cached = [], frozenset()
+    for lower, block in zip(seq, lowerset.blocks(seq)):
+        above = lowerset.delta_plus(g, lower) - lower
+        cached |= lowerset.boundary(g, lower)
+        out.append(m(cached) + saved(block - cached) + m(above) + saved(lowerset.delta_minus(g, above) - lower)
+                   + 2 * int(g.mem.max()))
+    return out

@@ -17,7 +17,9 @@ from recompute import nets
 from recompute.graph import Graph
 from recompute.measure import default_loss, measure
 from recompute.plan import InfeasibleBudget
-from recompute.planners.milp import Problem, _assemble, _schedule, lp_bound, on_demand, point, problem, stage_memory
+from recompute.planners.milp import Problem, lp_bound, on_demand, point, problem, stage_memory
+from recompute.planners.milp.planner import _schedule
+from recompute.planners.milp.solve import _assemble
 from recompute.simulate import simulate
 
 from .exactness import assert_same, train_step

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import recompute
 from recompute import lowerset
 from recompute.graph import Graph
+from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, methods
 from recompute.lowerset import split_candidates
 from recompute.planners.dp import TooManyLowerSets
@@ -30,7 +31,7 @@ def budget_between(g: Graph, low: int, frac: float) -> int:
 
 def assert_valid(g: Graph, p: Plan) -> None:
     lowerset.check_sequence(g, p.lower_sets)  # strictly increasing lower sets ending at V
-    assert p.peak == lowerset.peak(g, p.lower_sets)
+    assert p.peak == MemoryModel.paper.peak(g, p.lower_sets)
     assert p.overhead == lowerset.overhead(g, p.lower_sets)
     if p.budget is not None:
         assert p.peak <= p.budget
@@ -63,7 +64,7 @@ def test_liveness_model_exactdp_matches_exhaustive(g: Graph, frac: float, strate
     oracle = recompute.plan(g, "exhaustive", **kw)
     dp = recompute.plan(g, "exactdp", **kw)
     assert dp.budget == oracle.budget and dp.overhead == oracle.overhead
-    vanilla = lowerset.peak(g, [g.nodes], "liveness")
+    vanilla = MemoryModel.liveness.peak(g, [g.nodes])
     assert oracle.budget <= vanilla
     budget = oracle.budget + int(frac * (vanilla - oracle.budget))
     oracle = recompute.plan(g, "exhaustive", budget=budget, **kw)
@@ -74,7 +75,7 @@ def test_liveness_model_exactdp_matches_exhaustive(g: Graph, frac: float, strate
             assert method == "approxdp" and err.min_budget > budget
             continue
         lowerset.check_sequence(g, plan.lower_sets)
-        assert plan.peak == lowerset.peak(g, plan.lower_sets, "liveness") <= budget
+        assert plan.peak == MemoryModel.liveness.peak(g, plan.lower_sets) <= budget
         if method == "exactdp":
             assert plan.overhead == oracle.overhead
         elif strategy == "tc":

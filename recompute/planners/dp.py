@@ -31,15 +31,13 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from .. import lowerset
 from ..blockcost import BlockCosts, FamilyCosts, _pair_cost, pack_rows, unpack_rows
 from ..graph import Graph
+from ..memory_model import PLANNING, MemoryModel
 from ..schedule import rng_order_preds
 from ..plan import InfeasibleBudget, Plan, register
 
-__all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family", "MEMORY_MODELS"]
-
-MEMORY_MODELS = lowerset.DP_MEMORY_MODELS
+__all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family"]
 
 _INF = np.iinfo(np.int64).max // 4  # "no state"; far above any sum of byte counts we add to it
 
@@ -343,16 +341,16 @@ class _Family:
     hold: np.ndarray
     weight: np.ndarray  # W_v
     floor: int = 0  # c(L′) of a weak L′ (simulator)
-    pairs: tuple | None = None  # the simulator's block costs (memory_model="simulator")
+    pairs: tuple | None = None  # the simulator's block costs (MemoryModel.simulator)
     known: Any = None
 
     @classmethod
-    def build(cls, g: Graph, bits: np.ndarray, memory_model: str = "paper") -> "_Family":
+    def build(cls, g: Graph, bits: np.ndarray, memory_model: MemoryModel = MemoryModel.paper) -> "_Family":
         """Order the sets by (W(L), |L|): compatible with inclusion (W_v ≥ 0), and the sets a lower
         set L′ can be reached from within a budget form a contiguous run of rows just before it.
 
-        Eq. (2): W = 2 M, X = M, no extra, hold = 0. Liveness model (``lowerset.block_memory``):
-        W = X = S, extra = 2 max M, hold = M − S. Simulator (:mod:`recompute.blockcost`): the block
+        A formula's terms are :meth:`MemoryModel.dp_terms` (eq. 2: W = 2 M, X = M, no extra, hold = 0;
+        liveness: W = X = S, extra = 2 max M, hold = M − S). Simulator (:mod:`recompute.blockcost`): the block
         term is B(L, L′), M(U) sums the cache bytes K_v, and W(L′) − W(L) + c(L′) is the lower bound
         of :func:`_simulator_bound`."""
         def csr(lists: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -362,18 +360,16 @@ class _Family:
             return ptr, idx
 
         blocks = None
-        if memory_model == "paper":
-            weight, inner, extra, hold = 2 * g.mem, g.mem, 0, np.zeros_like(g.mem)
-        elif memory_model == "liveness":
-            weight, inner, extra, hold = g.saved, g.saved, lowerset.gradient_allowance(g), g.mem - g.saved
-        elif memory_model == "simulator":
+        memory_model = MemoryModel.parse(memory_model, choices=PLANNING)
+        if memory_model == MemoryModel.simulator:
             blocks = BlockCosts.of(g)
             if blocks is None:
-                raise ValueError("memory_model='simulator': this graph's backward reads forward values the block "
-                                 "decomposition does not cover; plan it with memory_model='liveness'")
+                raise ValueError(f"memory_model={memory_model.value!r}: this graph's backward reads forward values "
+                                 "the block decomposition does not cover; plan it with "
+                                 f"memory_model={MemoryModel.liveness.value!r}")
             weight, inner, extra, hold = blocks.saved, np.zeros_like(g.mem), 0, np.zeros_like(g.mem)
         else:
-            raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(MEMORY_MODELS)}")
+            weight, inner, extra, hold = memory_model.dp_terms(g)
         member = unpack_rows(bits, g.n)
         order = np.lexsort((member.sum(axis=1), member @ weight))
         bits, contains = np.ascontiguousarray(bits[order]), pack_rows(member[order].T)
@@ -488,7 +484,7 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
 
 
 def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: str | None,
-           time_levels: int, memory_model: str, seed: _Family | None = None) -> Plan:  # fmt: skip
+           time_levels: int, memory_model: MemoryModel, seed: _Family | None = None) -> Plan:  # fmt: skip
     """The DP of §4.2 over ``fam``.
 
     ``seed`` is a cheap subfamily of ``fam`` (approxdp's, for exactdp): its smallest budget bounds the
@@ -543,23 +539,20 @@ def _t_limit(g: Graph, quantum: int) -> int:
 TIME_LEVELS = 1 << 20  # exact overheads for T(V) up to ~10⁶; beyond, an error ≤ #V/2²⁰ of T(V)
 
 
-def _memory_model(g: Graph, memory_model: str | None) -> str:
-    """The DPs' memory: ``"simulator"`` (default on a traced graph: B(L, L′) of
-    :mod:`recompute.blockcost`, so the plan's peak is the simulated — and measured — one), ``"paper"``
-    (eq. 2, the default on a graph built from edges) or ``"liveness"`` (its variant with the bytes
-    autograd keeps, :func:`recompute.lowerset.block_memory`)."""
+def _memory_model(g: Graph, memory_model: str | None) -> MemoryModel:
+    """The DPs' memory: the simulator (default on a traced graph: B(L, L′) of
+    :mod:`recompute.blockcost`, so the plan's peak is the simulated — and measured — one), eq. (2)
+    (the default on a graph built from edges) or its liveness variant (:class:`MemoryModel`)."""
     if memory_model is None:
-        if g.program is None:
-            return "paper"
         # a trace the block decomposition does not cover is planned with the liveness model and
         # priced by the simulator afterwards (recompute.plan)
-        return "simulator" if BlockCosts.of(g) is not None else "liveness"
-    if memory_model not in MEMORY_MODELS:
-        raise ValueError(f"unknown memory_model {memory_model!r}; choose one of {', '.join(MEMORY_MODELS)}")
-    return memory_model
+        if g.program is not None and BlockCosts.of(g) is None:
+            return MemoryModel.liveness
+        return MemoryModel.default(g)
+    return MemoryModel.parse(memory_model, choices=PLANNING)
 
 
-def _family(g: Graph, memory_model: str, sets: Callable[[], np.ndarray], key: tuple) -> _Family:
+def _family(g: Graph, memory_model: MemoryModel, sets: Callable[[], np.ndarray], key: tuple) -> _Family:
     """The family ``sets()`` under ``memory_model``; on a traced graph kept on its program, so that the
     simulator's block costs, once computed, serve every later solve (other budgets, strategies)."""
     if g.program is None:
@@ -570,11 +563,11 @@ def _family(g: Graph, memory_model: str, sets: Callable[[], np.ndarray], key: tu
     return families[(memory_model, *key)]
 
 
-def _order(g: Graph, memory_model: str) -> Graph:
+def _order(g: Graph, memory_model: MemoryModel) -> Graph:
     """The graph whose lower sets the DP searches: G itself, or for the simulator G with random ops
     chained in their traced order, whose canonical forward phase runs block by block
     (:func:`recompute.schedule.forward_order`), as B(L, L′) assumes."""
-    if memory_model != "simulator":
+    if memory_model != MemoryModel.simulator:
         return g
     preds = rng_order_preds(g)
     return g if preds == g.preds else Graph(preds, g.mem, g.time, g.names, g.ops, g.outputs)

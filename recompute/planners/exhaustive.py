@@ -17,6 +17,7 @@ import numpy as np
 from .. import lowerset
 from ..blockcost import BlockCosts, pack_rows
 from ..graph import Graph
+from ..memory_model import PLANNING, MemoryModel
 from ..schedule import rng_order_preds
 from ..plan import InfeasibleBudget, Plan, register
 
@@ -50,9 +51,9 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.
 
     ``budget=None`` uses the smallest budget B* for which a canonical strategy exists. The peak is the
-    simulator's (``memory_model="simulator"``, the default on a traced graph: blocks priced by
-    :mod:`recompute.blockcost`, lower sets that keep random ops in the traced order), eq. (2) or its
-    liveness variant (see :func:`recompute.lowerset.block_memory`). Graphs of more than ``max_nodes``
+    simulator's (the default on a traced graph: blocks priced by :mod:`recompute.blockcost`, lower sets
+    that keep random ops in the traced order), eq. (2) or its liveness variant
+    (:meth:`recompute.memory_model.MemoryModel.block`). Graphs of more than ``max_nodes``
     nodes raise :class:`GraphTooLarge` before any search.
     """
     if g.n > max_nodes:
@@ -63,16 +64,15 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
     strategy = strategy or "tc"
     if strategy not in ("tc", "mc"):
         raise ValueError(f"exhaustive: unknown strategy {strategy!r}; use 'tc' or 'mc'")
-    memory_model = memory_model or ("simulator" if g.program is not None else "paper")
+    memory_model = MemoryModel.parse(memory_model, choices=PLANNING) if memory_model else MemoryModel.default(g)
     everything = g.nodes
-    simulator = memory_model == "simulator"
+    simulator = memory_model == MemoryModel.simulator
     lowers = lower_sets(Graph(rng_order_preds(g), g.mem, g.time, g.names, g.ops, g.outputs) if simulator else g)
-    liveness = memory_model == "liveness"
     if simulator:
         blocks = BlockCosts.of(g)
         if blocks is None:
             raise ValueError("exhaustive: this graph's backward reads forward values the block decomposition does "
-                             "not cover; use memory_model='liveness'")
+                             f"not cover; use memory_model={MemoryModel.liveness.value!r}")
         row = {s: r for r, s in enumerate(lowers)}  # ∅ first, V last
         member = np.zeros((len(lowers), g.n), bool)
         bd = np.zeros_like(member)
@@ -84,29 +84,16 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
     if budget is not None:
         limit = int(budget)
     else:
-        limit = family.cost(0, len(lowers) - 1) if simulator else lowerset.peak(g, [everything], memory_model)
-
-    def mem(s: frozenset[int]) -> int:
-        return sum(int(g.mem[v]) for v in s)
-
-    def saved(s: frozenset[int]) -> int:
-        return sum(int(g.saved[v]) for v in s)
+        limit = family.cost(0, len(lowers) - 1) if simulator else memory_model.peak(g, [everything])
 
     @lru_cache(maxsize=None)
     def step(lower: frozenset[int], upper: frozenset[int]) -> tuple[int, int, int]:
         """Block V′ = L′ \\ L: (its memory without M(U), new cached memory, overhead)."""
-        block = upper - lower
-        above = lowerset.delta_plus(g, upper) - upper
         bd = lowerset.boundary(g, upper)
-        t = 0 if upper == everything else sum(int(g.time[v]) for v in block - bd)
+        t = 0 if upper == everything else sum(int(g.time[v]) for v in upper - lower - bd)
         if simulator:
             return family.cost(row[lower], row[upper]), int(blocks.cache[sorted(bd - lower)].sum()), t
-        if liveness:
-            term = (mem(bd - lower) + saved(block - bd) + mem(above) + saved(lowerset.delta_minus(g, above) - upper)
-                    + lowerset.gradient_allowance(g))
-        else:
-            term = 2 * mem(block) + mem(above) + mem(lowerset.delta_minus(g, above) - upper)
-        return term, mem(bd - lower), t
+        return (*memory_model.block(g, lower, upper), t)
 
     # Iterative DFS over states (L, t, m, p); ``parent`` keeps the first way each state was reached.
     start = (frozenset(), 0, 0, 0)

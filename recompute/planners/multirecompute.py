@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..graph import Graph
+from ..memory_model import MemoryModel
 from ..multirecompute import c_min, c_opt, chain_of, join_of
 from ..multirecompute import chen_recursive as chen_recursion
 from ..multirecompute import join_dp as join_schedule
@@ -54,7 +55,7 @@ def _priced(g: Graph, jm: JoinMap, pebbles: PebbleSchedule, budget: int | None) 
         overhead=recomputation_cost(g, schedule), peak=simulate(g.program, schedule).peak, budget=budget,
         info={"slots": pebbles.slots, "lengths": jm.lengths, "recomputations": schedule.recomputations(),
               "makespan": pebbles.makespan, **pebbles.info},
-        memory_model="simulator", schedule=schedule,
+        memory_model=MemoryModel.simulator, schedule=schedule,
     )
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ..graph import Graph
+from ..memory_model import MemoryModel
 from ..plan import Plan, register
 
 
 @register("vanilla")
-def vanilla(g: Graph, *, budget: int | None = None, memory_model: str = "paper") -> Plan:
+def vanilla(g: Graph, *, budget: int | None = None, memory_model: str = MemoryModel.paper.value) -> Plan:
     """k = 1, L_1 = V: the backward pass finds every forward value alive (peak under ``memory_model``)."""
     return Plan.from_sequence(g, [g.nodes], method="vanilla", budget=budget, memory_model=memory_model)
