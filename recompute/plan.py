@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import baselines, lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
-from .memory_model import MemoryModel
+from .memory_model import PLANNING, MemoryModel
 from .schedule import Schedule, canonical
 from .simulate import simulate
 from .validate import check_budget, check_graph, check_options, keyword_options
@@ -204,7 +204,7 @@ class PlannerSpec:
                 raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)} (or None)")
         if budget is not None and not self.takes_budget:
             raise TypeError(f"{owner} has no option 'budget'; its options: {', '.join(self.defaults) or 'none'}")
-        check_options(owner, self.defaults, options or {}, taken)
+        check_options(owner, self.defaults, options or {}, taken, {"memory_model": PLANNING})
 
     def _taken(self) -> tuple[str, ...]:
         return (*(("budget",) if self.takes_budget else ()), *(("strategy",) if self.takes_strategy else ()))

@@ -19,13 +19,11 @@ import torch
 
 from . import costs
 from .graph import Graph
-from .memory_model import PLANNING
 
 __all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_cost_model", "check_options",
            "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
-_CHOICES: dict[str, tuple[str, ...]] = {"memory_model": PLANNING}
 
 
 def describe(value: Any) -> str:
@@ -116,17 +114,17 @@ def _is_count(default: Any) -> bool:
 
 
 def check_options(owner: str, accepted: Mapping[str, Any], options: Mapping[str, Any],
-                  taken: tuple[str, ...] = ()) -> None:  # fmt: skip
+                  taken: tuple[str, ...] = (), choices: Mapping[str, tuple[str, ...]] | None = None) -> None:  # fmt: skip
     """Every option in ``options`` is one ``owner`` (``"planner 'chen'"``) takes (a key of ``accepted``,
-    whose values are the defaults), of its default's type, a count at least 1, a ``memory_model`` one
-    of its values. The refusal names the owner, the option and what it does take (``taken`` first:
+    whose values are the defaults), of its default's type, a count at least 1, one of its ``choices``
+    where the owner has a closed set (a planner's ``memory_model``). The refusal names the owner, the option and what it does take (``taken`` first:
     the arguments every door passes, like ``budget``)."""
     for name, value in options.items():
         if name not in accepted:
             takes = ", ".join((*taken, *accepted)) or "none"
             raise TypeError(f"{owner} has no option {name!r}; its options: {takes}")
-        if name in _CHOICES and value not in _CHOICES[name]:
-            raise ValueError(f"{owner}: {name}={value!r}; choose one of {', '.join(_CHOICES[name])}")
+        if choices and name in choices and value not in choices[name]:
+            raise ValueError(f"{owner}: {name}={value!r}; choose one of {', '.join(choices[name])}")
         default = accepted[name]
         if not _fits(value, default):
             raise TypeError(f"{owner}: {name}={value!r} is {describe(value)}; expected type "
