@@ -29,6 +29,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -261,33 +262,45 @@ def method(label: str) -> Method:
 # --------------------------------------------------------------------------- one step against plain training
 
 
+class Kind(str, Enum):
+    """What a cell found."""
+
+    BITWISE = "bitwise"  # loss, gradients, buffers and the generator's state equal plain training's
+    WITHIN = "within"  # not bitwise; no farther from the float64 step than twice float32 eager
+    WORSE = "worse"  # not bitwise and farther than that
+    REFUSED = "refused"  # optimize raised: the method will not plan this model
+    ERROR = "error"  # the optimized step raised, ran no plan, left the generator elsewhere or timed out
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one method's step compares with plain training.
 
     Attributes:
-        kind: ``bitwise``; ``within`` / ``worse`` (not bitwise: ``ours`` ≤ / > 2 × ``eager``);
-            ``refused`` (optimize raised: the method will not plan this model); ``error`` (the
-            optimized step raised, did not run its plan, or left the generator elsewhere).
-        ours, eager: largest relative distance of our step and of float32 eager's from a float64 step.
-        reason: for ``refused`` and ``error``, the first line of what was raised or found.
+        ours, eager: for ``WITHIN``/``WORSE``, the largest relative distance of our step and of
+            float32 eager's from a float64 step.
+        reason: for ``REFUSED``/``ERROR``, the first line of what was raised or found.
     """
 
-    kind: str
+    kind: Kind
     ours: float | None = None
     eager: float | None = None
     reason: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.kind in ("bitwise", "within", "refused")
+        return self.kind in (Kind.BITWISE, Kind.WITHIN, Kind.REFUSED)
+
+    @property
+    def measured(self) -> bool:
+        return self.kind in (Kind.BITWISE, Kind.WITHIN, Kind.WORSE)
 
     def cell(self) -> str:
-        if self.kind == "bitwise":
+        if self.kind is Kind.BITWISE:
             return "bitwise"
-        if self.kind in ("within", "worse"):
+        if self.kind in (Kind.WITHIN, Kind.WORSE):
             return f"{self.ours:.1e} (eager {self.eager:.1e})" + ("" if self.ok else " **WORSE**")
-        return f"{self.kind}: {self.reason}"
+        return f"{self.kind.value}: {self.reason}"
 
 
 def _first_line(e: BaseException) -> str:
@@ -295,12 +308,33 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:160].replace("|", "/")
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Raised by the CPU-time alarm; a BaseException, so that no ``except Exception`` on the way
+    (ours or the library's) takes it for a model's failure."""
 
 
 def _alarm(signum: int, frame: Any) -> None:
     raise _Timeout()
+
+
+def _step(net: nn.Module, inputs: tuple[torch.Tensor, ...], m: Method) -> Outcome:
+    try:
+        wrapped = recompute.optimize(net, inputs, method=m.method, strategy=m.strategy, **dict(m.options))
+    except Exception as e:  # noqa: BLE001 — a refusal is a result of the corpus, recorded with its reason
+        return Outcome(Kind.REFUSED, reason=_first_line(e))
+    try:
+        wrapped.last = None
+        result = compare(net, wrapped, inputs)
+        if wrapped.last is None:
+            return Outcome(Kind.ERROR, reason="the step did not run a plan")
+        if "rng" in result.unequal:
+            return Outcome(Kind.ERROR, reason="the generator's state after the step differs from plain training's")
+        if result.bitwise:
+            return Outcome(Kind.BITWISE)
+        ours, eager = float64_distance(net, wrapped, inputs)
+    except Exception as e:  # noqa: BLE001 — the optimized step failing is the finding to record
+        return Outcome(Kind.ERROR, reason=_first_line(e))
+    return Outcome(Kind.WITHIN if ours <= 2 * eager else Kind.WORSE, ours, eager)
 
 
 def check(entry: Model, m: Method, net: nn.Module | None = None, inputs: tuple[torch.Tensor, ...] | None = None,
@@ -311,36 +345,16 @@ def check(entry: Model, m: Method, net: nn.Module | None = None, inputs: tuple[t
     short; on the main thread only (SIGVTALRM)."""
     net = net if net is not None else entry.build()
     inputs = inputs if inputs is not None else entry.inputs()
-    if timeout:
-        signal.signal(signal.SIGVTALRM, _alarm)
-        signal.setitimer(signal.ITIMER_VIRTUAL, timeout)
+    if not timeout:
+        return _step(net, inputs, m)
+    signal.signal(signal.SIGVTALRM, _alarm)
+    signal.setitimer(signal.ITIMER_VIRTUAL, timeout)
     try:
-        try:
-            wrapped = recompute.optimize(net, inputs, method=m.method, strategy=m.strategy, **dict(m.options))
-        except _Timeout:
-            raise
-        except Exception as e:  # noqa: BLE001 — a refusal is a result of the corpus, recorded with its reason
-            return Outcome("refused", reason=_first_line(e))
-        try:
-            wrapped.last = None
-            result = compare(net, wrapped, inputs)
-            if wrapped.last is None:
-                return Outcome("error", reason="the step did not run a plan")
-            if "rng" in result.unequal:
-                return Outcome("error", reason="the generator's state after the step differs from plain training's")
-            if result.bitwise:
-                return Outcome("bitwise")
-            ours, eager = float64_distance(net, wrapped, inputs)
-        except _Timeout:
-            raise
-        except Exception as e:  # noqa: BLE001 — the optimized step failing is the finding to record
-            return Outcome("error", reason=_first_line(e))
-        return Outcome("within" if ours <= 2 * eager else "worse", ours, eager)
+        return _step(net, inputs, m)
     except _Timeout:
-        return Outcome("error", reason=f"timeout: the cell took more than {timeout} s of CPU time")
+        return Outcome(Kind.ERROR, reason=f"timeout: the cell took more than {timeout} s of CPU time")
     finally:
-        if timeout:
-            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
 
 
 # --------------------------------------------------------------------------- the whole corpus
@@ -371,7 +385,7 @@ def run_model(name: str, labels: Sequence[str], timeout: int) -> tuple[dict[str,
     return outcomes, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _warm_up(labels: Sequence[str]) -> None:
+def _warm_up() -> None:
     """Import what the children use, so that each forked process inherits the imports (some 8 s)
     instead of paying them again. Nothing runs autograd here: a process that has run a backward pass
     cannot fork one that runs another."""
@@ -379,14 +393,12 @@ def _warm_up(labels: Sequence[str]) -> None:
     import torchvision  # noqa: F401
 
     recompute.methods()  # imports the planners and baselines
-    for label in labels:
-        method(label)
 
 
 def run(models: Sequence[Model], labels: Sequence[str], timeout: int) -> Iterator[Row]:
     """Each model in a fresh process forked from this one, one at a time: its memory is returned
     before the next, and a model that kills its process costs only its own row."""
-    _warm_up(labels)
+    _warm_up()
     context = multiprocessing.get_context("fork")
     for i, entry in enumerate(models, 1):
         row = Row(entry)
@@ -415,7 +427,7 @@ def table(rows: Sequence[Row], labels: Sequence[str]) -> str:
         if r.model.skip or r.died:
             cells = [note("skipped", r.model.skip) if r.model.skip else note("error", r.died)] + [""] * (len(labels) - 1)
         else:
-            cells = [o.cell() if o.kind in ("bitwise", "within", "worse") else note(o.kind, o.reason)
+            cells = [o.cell() if o.measured else note(o.kind.value, o.reason)
                      for o in (r.outcomes[label] for label in labels)]
         rss = f"{r.peak_rss / 2**30:.2f}" if r.peak_rss else "–"
         body.append([r.model.name, r.model.shape, *cells, f"{r.seconds:.0f}", rss])
