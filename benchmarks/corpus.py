@@ -380,7 +380,9 @@ def run_model(name: str, labels: Sequence[str], timeout: int) -> tuple[dict[str,
     net, inputs = entry.build(), entry.inputs()
     outcomes = {}
     for label in labels:
+        began = time.perf_counter()
         outcomes[label] = check(entry, method(label), net, inputs, timeout=timeout)
+        print(f"    {label}: {outcomes[label].cell()} ({time.perf_counter() - began:.0f} s)", flush=True)
         gc.collect()
     return outcomes, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -395,22 +397,26 @@ def _warm_up() -> None:
     recompute.methods()  # imports the planners and baselines
 
 
-def run(models: Sequence[Model], labels: Sequence[str], timeout: int) -> Iterator[Row]:
+def run(models: Sequence[Model], labels: Sequence[str], timeout: int, minutes: float = 0) -> Iterator[Row]:
     """Each model in a fresh process forked from this one, one at a time: its memory is returned
-    before the next, and a model that kills its process costs only its own row."""
+    before the next, and a model that kills its process costs only its own row. After ``minutes``
+    (0: never) no further model starts."""
     _warm_up()
     context = multiprocessing.get_context("fork")
+    start = time.perf_counter()
     for i, entry in enumerate(models, 1):
+        if minutes and time.perf_counter() - start > 60 * minutes:
+            return
         row = Row(entry)
         if entry.skip is None:
+            print(f"[{i}/{len(models)}] {entry.name} {entry.shape}", flush=True)
             with ProcessPoolExecutor(1, mp_context=context) as pool:
                 try:
                     row.outcomes, row.seconds, row.peak_rss = pool.submit(run_model, entry.name, labels, timeout).result()
                 except BrokenProcessPool:
                     row.died = "its process died (out of memory?)"
-        status = entry.skip or row.died or "  ".join(f"{k}={o.cell()}" for k, o in row.outcomes.items())
-        print(f"[{i}/{len(models)}] {entry.name} ({row.seconds:.0f} s, {row.peak_rss / 2**30:.2f} GiB): {status}",
-              flush=True)
+        print(f"[{i}/{len(models)}] {entry.name}: {entry.skip or row.died or 'done'} ({row.seconds:.0f} s, "
+              f"peak RSS {row.peak_rss / 2**30:.2f} GiB)", flush=True)
         yield row
 
 
@@ -466,20 +472,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", help="corpus model names (default: all)")
     parser.add_argument("--methods", nargs="+", default=[m.label for m in METHODS], choices=[m.label for m in METHODS])
-    parser.add_argument("--timeout", type=int, default=300, help="seconds a model × method cell may take")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds of CPU time a model × method cell may take")
+    parser.add_argument("--minutes", type=float, default=0,
+                        help="start no model after this many minutes (0: run them all); the table lists those left")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md (after every model)")
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not args.minutes >= 0:
+        parser.error(f"--minutes must be 0 (no limit) or a positive number, got {args.minutes}")
     try:
         models = [model(n) for n in args.models] if args.models else corpus()
     except ValueError as e:
         parser.error(f"--models: {e}")
-    rows = list(run(models, args.methods, args.timeout))
-    text = _header(argv, args.methods, args.timeout) + "\n\n" + table(rows, args.methods)
-    print(text)
-    if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "corpus-table", text)
+    header = _header(argv, args.methods, args.timeout)
+    rows: list[Row] = []
+
+    def text() -> str:
+        left = [m.name for m in models[len(rows):]]
+        tail = f"\n\nNot run (the run's {args.minutes:g} minutes were over): {', '.join(left)}." if left else ""
+        return header + "\n\n" + table(rows, args.methods) + tail
+
+    for row in run(models, args.methods, args.timeout, args.minutes):
+        rows.append(row)
+        if args.write:  # after every model: a run cut short still leaves its table
+            write_section(REPO / "docs" / "benchmarks.md", "corpus-table", text())
+    print(text())
     bad = [(r.model.name, k) for r in rows for k, o in r.outcomes.items() if not o.ok] + [
         (r.model.name, "process") for r in rows if r.died]
     if bad:
