@@ -3,7 +3,8 @@ with plain training (issue 23).
 
     python -m benchmarks.corpus                      # every model, every method; prints the table
     python -m benchmarks.corpus --models resnet18 lstm --methods approxdp-tc chen
-    python -m benchmarks.corpus --write              # and update docs/benchmarks.md
+    python -m benchmarks.corpus --write              # and update docs/benchmarks.md (after every model)
+    python -m benchmarks.corpus --write --minutes 40 # start no model after 40 min; the table lists those left
 
 A cell is ``bitwise`` where the loss, every gradient (the inputs' too, where an input requires grad),
 every buffer and the generator's state after the step equal plain training's. Otherwise (the plan runs
