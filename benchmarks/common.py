@@ -32,7 +32,10 @@ def write_section(path: Path, marker: str, text: str) -> None:
         new = old[: old.index(begin)] + block + old[old.index(end) + len(end):]
     else:
         new = old + ("\n" if old else "") + block + "\n"
-    path.write_text(new)
+    # atomically: a run stopped while writing leaves the old file, never half of one
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
 
 
 def net_method_args(doc: str, methods: Sequence[str], default_nets: Sequence[str] | None = None) -> argparse.Namespace:

@@ -130,7 +130,8 @@ def float64_distance(model: torch.nn.Module, forward: Callable[..., Any], inputs
     ``model`` and ``inputs`` are float32; the float64 step runs on a copy. The model is left as it was.
     """
     twin = copy.deepcopy(model).double()
-    wide = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+    # leaves again (``x.double()`` of a leaf is not one): the float64 step's input gradients are compared too
+    wide = tuple(x.detach().double().requires_grad_(x.requires_grad) if x.is_floating_point() else x for x in inputs)
     devices = sorted({x.device.index or 0 for x in inputs if x.device.type == "cuda"})
     start = {n: b.clone() for n, b in model.named_buffers()}
     steps = []
