@@ -23,10 +23,8 @@ the unpartitioned step (random ops are never recomputed by either), so every poi
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -41,7 +39,7 @@ from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, 
 from recompute.plan import InfeasibleBudget
 from recompute.timing import BatchExtrapolation, TimeModel, module_calls
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, markdown_table, write_section
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
@@ -244,7 +242,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     model_t = TimeModel(repeats=args.repeats, clock="thread")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    commit = head_commit()
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     start = time.perf_counter()
     for name in args.nets:

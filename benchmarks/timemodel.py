@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
 from datetime import date
 
@@ -27,7 +26,7 @@ from recompute.measure import default_loss
 from recompute.schedule import canonical
 from recompute.timing import TimeModel, schedule_calls
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, markdown_table, write_section
 from .cpu_time import SIZES
 
 # (label, method, strategy): no recomputation, then three plans of growing overhead
@@ -80,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = run(args.nets, args.steps, args.repeats)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    commit = head_commit()
     worst = max(abs(float(r[-1]) - 1) for r in rows)
     text = (f"`OMP_NUM_THREADS=1 python -m benchmarks.timemodel --write` (commit {commit}, {date.today()}; "
             f"largest error {worst:.1%})\n\n" + markdown_table(HEADERS, rows))

@@ -26,7 +26,6 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_map
 
-from .fxnodes import output_tensors
 
 __all__ = ["OpKey", "OpCall", "TimeModel", "BatchExtrapolation", "node_call", "module_calls", "schedule_calls",
            "Recorder", "CLOCKS"]
