@@ -185,9 +185,10 @@ def figure(points: list[Point], path: Path) -> None:
     for method in dict.fromkeys(p.method for p in points):
         ps = [p for p in points if p.method == method]
         for solver in dict.fromkeys(p.knob.split(", ")[-1] for p in ps) if method == "min_cut" else [None]:
-            qs = sorted((p for p in ps if solver is None or p.knob.endswith(solver)), key=lambda p: p.seconds)
+            # PyTorch's points as markers (its peak is not monotone in the budget); ours joined by peak
+            qs = sorted((p for p in ps if solver is None or p.knob.endswith(solver)), key=lambda p: p.peak)
             ax.plot([p.seconds / eager.seconds for p in qs], [p.peak / GIB for p in qs],
-                    marker="s" if method == "min_cut" else "o", linestyle="--" if method == "min_cut" else "-",
+                    marker="s" if method == "min_cut" else "o", linestyle="" if method == "min_cut" else "-",
                     label=f"PyTorch min-cut ({solver})" if solver else method)
     ax.set_xlabel("predicted step time × vanilla (cpu, 1 thread)")
     ax.set_ylabel("peak GiB (parameters and gradients included)")
