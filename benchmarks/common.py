@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 def paper_table1() -> dict[str, dict[str, float]]:
     """Kusumoto et al. Table 1 by network: GB per method, batch and #V (``experiments/reference``)."""
     return paper_table1_wide().astype(float).to_dict("index")
+
+
+def head_commit() -> str:
+    """The short hash of the checkout's HEAD, to name the commit an artefact was made at."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

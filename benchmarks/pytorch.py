@@ -1,7 +1,7 @@
 """PyTorch's own checkpointing beside our planners: measured peak against step time, per network.
 
     python -m benchmarks.pytorch                      # print the tables
-    python -m benchmarks.pytorch --write --figures    # and update docs/benchmarks.md, paper_figures/pareto_<net>.png
+    python -m benchmarks.pytorch --write --figures    # and update docs/benchmarks.md, paper_figures/cpu_pareto_<net>.png
 
 Every method trains the same model on the same inputs on the ``cpu`` backend in one thread, under one
 meter (:func:`recompute.measure`): the peak of live tensor bytes without the parameter gradients
@@ -270,13 +270,13 @@ def figure(points: list[Point], path: Path) -> None:
 
 def save(points: list[Point], folder: Path = FIGURES) -> None:
     """Keep one network's points beside its figure, so that a run of other networks reports it too."""
-    path = folder / f"pareto_{points[0].network}.json"
+    path = folder / f"cpu_pareto_{points[0].network}.json"
     path.write_text(json.dumps([asdict(p) for p in points], indent=1, ensure_ascii=False))
 
 
 def load(name: str, folder: Path = FIGURES) -> list[Point] | None:
     """The points :func:`save` kept for network ``name``, if any."""
-    path = folder / f"pareto_{name}.json"
+    path = folder / f"cpu_pareto_{name}.json"
     return [Point(**d) for d in json.loads(path.read_text())] if path.exists() else None
 
 
@@ -300,7 +300,7 @@ def main() -> None:
     parser.add_argument("--max-overhead", type=float, default=3.0,
                         help="skip plans predicted to recompute more forward passes than this")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    parser.add_argument("--figures", action="store_true", help="write paper_figures/pareto_<net>.png")
+    parser.add_argument("--figures", action="store_true", help="write paper_figures/cpu_pareto_<net>.png")
     args = parser.parse_args()
     torch.set_num_threads(1)
     # with --write, the networks not run now are reported from what an earlier run kept
@@ -313,7 +313,7 @@ def main() -> None:
                                  warmup=args.warmup, max_overhead=args.max_overhead, bar=bar)
             print(f"{name}\n{net_table(done[name])}\n", flush=True)
             if args.figures:
-                figure(done[name], FIGURES / f"pareto_{name}.png")
+                figure(done[name], FIGURES / f"cpu_pareto_{name}.png")
             if args.write:  # after every network, so that a long run stopped early keeps what it measured
                 save(done[name])
                 write_section(REPO / "docs" / "benchmarks.md", "pytorch-pareto", report(done))

@@ -1,0 +1,262 @@
+"""PyTorch's min-cut partitioner against ours at the paper's batch and input size: peak against step time.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.head_to_head            # print the tables
+    OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write    # and docs/benchmarks.md, paper_figures/pareto_<net>.{png,json}
+
+Per network, the training step (model, then :func:`recompute.measure.default_loss`) is compiled once
+on the ``meta`` device at the paper's batch and input size, with inductor's decompositions, and its
+joint graph captured (:func:`recompute.partitions.capture`); nothing is computed. On that one graph:
+
+* PyTorch: ``min_cut_rematerialization_partition`` over ``activation_memory_budget`` ∈ :data:`BUDGETS`
+  × every ``activation_memory_budget_solver`` torch ships (:data:`recompute.partitions.SOLVERS`);
+* ours: ``recompute.backend(...)``'s partition for vanilla, and the DPs (TC and MC) from their smallest
+  feasible simulated peak towards vanilla's over ``--budgets`` budgets, planned with the ``flops``
+  cost model and the ``simulator`` memory model (:data:`PLANNING`).
+
+Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.partitions.pair_peak`
+(plus parameters and buffers: everything the step holds, gradients included) and its step time by
+:class:`recompute.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
+time) at two probe batches and extended linearly to the paper's. Both partitions run the same ops as
+the unpartitioned step (random ops are never recomputed by either), so every point is ``exact``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from recompute import nets
+from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, price, torch_partition
+from recompute.plan import InfeasibleBudget
+from recompute.timing import BatchExtrapolation, TimeModel, module_calls
+
+from .common import REPO, head_commit, markdown_table, write_section
+
+NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
+BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
+PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
+# our planners minimise the simulator's peak of the schedule that runs, at FLOP-counted costs
+PLANNING = {"cost_model": "flops", "memory_model": "simulator"}
+FIGURES = REPO / "paper_figures"
+GIB = 2**30
+
+
+@dataclass
+class Point:
+    """One partition of one network's step at the paper's size, priced.
+
+    Attributes:
+        family: ``ours`` or ``pytorch``.
+        method: ``min_cut`` (PyTorch's partitioner) or our planner (``vanilla``, ``approxdp_tc``…).
+        knob: PyTorch's budget and solver, or our budget in bytes (``min``: the smallest feasible).
+        peak: bytes at the step's peak, parameters, buffers and parameter gradients included.
+        seconds: predicted step time on this CPU, one thread.
+        saved_bytes: the activations the forward module keeps for backward.
+        exact: the step computes what the unpartitioned one does (same ops, random ops never recomputed).
+    """
+
+    network: str
+    batch_size: int
+    input_size: int
+    method: str
+    knob: str
+    family: str
+    peak: int
+    seconds: float
+    saved_bytes: int
+    exact: bool = True
+
+
+def _capture(name: str, batch: int, size: int) -> JointCapture:
+    """The joint graph of ``name``'s step at ``batch`` × ``size``², on the meta device."""
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
+    model = model.to("meta")
+    return capture(model, [torch.empty(x.shape, device="meta") for x in inputs])
+
+
+def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: TimeModel) -> BatchExtrapolation:
+    """Op costs at ``batch`` from the same step's joint graph timed at the :data:`PROBES` batches."""
+    ex = BatchExtrapolation(model_t, PROBES[0], PROBES[1], batch)
+    small, large = (_capture(name, b, size) for b in PROBES)
+    ex.add(module_calls(small.joint), module_calls(large.joint), module_calls(target.joint))
+    return ex
+
+
+def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] = SOLVERS,
+            torch_budgets: Sequence[float] = BUDGETS, batch: int | None = None, size: int | None = None) -> list[Point]:
+    """Every partition of network ``name`` (at the paper's size unless ``batch``/``size`` are given)."""
+    spec = nets.spec(name)
+    batch = spec.batch_size if batch is None else batch
+    size = spec.input_size[0] if size is None else size
+    c = _capture(name, batch, size)
+    ex = time_model(name, size, c, batch, model_t)
+    points = []
+
+    def add(method: str, knob: str, family: str, fw, bw) -> None:
+        priced = price(c, fw, bw, ex)
+        points.append(Point(name, batch, size, method, knob, family, priced.peak, priced.seconds, priced.saved_bytes))
+        print(f"{name} {method} {knob}: {priced.peak / GIB:.3f} GiB, {priced.seconds:.2f} s", flush=True)
+
+    vanilla_fw, vanilla_bw, vanilla = our_partition(c, "vanilla", strategy=None, **PLANNING)
+    add("vanilla", "", "ours", vanilla_fw, vanilla_bw)
+    for strategy in ("tc", "mc"):
+        fw, bw, first = our_partition(c, "approxdp", strategy=strategy, **PLANNING)
+        add(f"approxdp_{strategy}", "budget min", "ours", fw, bw)
+        for j in range(1, budgets):
+            budget = first.peak + (vanilla.peak - first.peak) * j // budgets
+            try:
+                fw, bw, _ = our_partition(c, "approxdp", strategy=strategy, budget=budget, **PLANNING)
+            except InfeasibleBudget:
+                continue
+            add(f"approxdp_{strategy}", f"budget {budget / vanilla.peak:.2f} of vanilla", "ours", fw, bw)
+    for solver in solvers:
+        for b in torch_budgets:
+            fw, bw = torch_partition(c, b, solver)
+            add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
+    return points
+
+
+def best_at(ours: list[Point], *, seconds: float | None = None, peak: int | None = None) -> Point | None:
+    """Our smallest peak at ≤ ``seconds``, or our least time at ≤ ``peak``."""
+    if seconds is not None:
+        fit = [p for p in ours if p.seconds <= seconds]
+        return min(fit, key=lambda p: (p.peak, p.seconds)) if fit else None
+    fit = [p for p in ours if p.peak <= peak]
+    return min(fit, key=lambda p: (p.seconds, p.peak)) if fit else None
+
+
+def net_table(points: list[Point]) -> str:
+    """Each distinct PyTorch point (identical partitions merged) beside our best at its time and at its peak."""
+    eager = next(p for p in points if p.method == "vanilla")
+    ours = [p for p in points if p.family == "ours"]
+    merged: dict[tuple[int, float], list[Point]] = {}
+    for p in points:
+        if p.family == "pytorch":
+            merged.setdefault((p.peak, round(p.seconds, 6)), []).append(p)
+    rows = []
+    for (peak, seconds), ps in sorted(merged.items()):
+        at_time, at_peak = best_at(ours, seconds=seconds), best_at(ours, peak=peak)
+        rows.append(["; ".join(p.knob for p in ps), f"{peak / GIB:.2f}", f"{seconds / eager.seconds:.3f}×",
+                     "none as fast" if at_time is None else f"{at_time.peak / GIB:.2f} ({at_time.peak / peak:.2f}×) {at_time.method} {at_time.knob}",
+                     "none as small" if at_peak is None else f"{at_peak.seconds / eager.seconds:.3f}× {at_peak.method} {at_peak.knob}",
+                     "yes" if at_time is not None and at_time.peak <= peak else "**no**"])
+    ours_rows = [[f"{p.method} {p.knob}", f"{p.peak / GIB:.2f}", f"{p.seconds / eager.seconds:.3f}×"] for p in ours]
+    return (markdown_table(["PyTorch min-cut (budget, solver)", "peak GiB", "time × vanilla", "ours: smallest peak at ≤ its time",
+                            "ours: least time at ≤ its peak", "ours ≤ its peak at ≤ its time"], rows)
+            + "\n\nOurs:\n\n" + markdown_table(["plan", "peak GiB", "time × vanilla"], ours_rows))
+
+
+def verdict(points: list[Point]) -> list[str]:
+    """One summary row: dominated PyTorch points, and ours against PyTorch's smallest peak within 1.3× vanilla's time."""
+    eager = next(p for p in points if p.method == "vanilla")
+    ours = [p for p in points if p.family == "ours"]
+    theirs = [p for p in points if p.family == "pytorch"]
+    undominated = [t for t in theirs if (m := best_at(ours, seconds=t.seconds)) is None or m.peak > t.peak]
+    fast = [t for t in theirs if t.seconds <= 1.3 * eager.seconds]
+    best = min(fast, key=lambda p: (p.peak, p.seconds)) if fast else None
+    mine = best_at(ours, seconds=best.seconds) if best else None
+    return [points[0].network, f"{points[0].batch_size} × {points[0].input_size}²", f"{eager.peak / GIB:.2f}",
+            "—" if best is None else f"{best.peak / GIB:.2f} ({best.knob})",
+            "none as fast" if mine is None else f"{mine.peak / GIB:.2f} ({mine.peak / best.peak:.2f}×)",
+            f"{len(theirs) - len(undominated)} / {len(theirs)}"]
+
+
+VERDICT_HEADERS = ["network", "batch × input", "vanilla peak GiB", "PyTorch's smallest peak at ≤ 1.3× vanilla's time",
+                   "ours at ≤ its time", "PyTorch points we match or beat (≤ peak at ≤ time)"]
+
+
+def figure(points: list[Point], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eager = next(p for p in points if p.method == "vanilla")
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for method in dict.fromkeys(p.method for p in points):
+        ps = [p for p in points if p.method == method]
+        for solver in dict.fromkeys(p.knob.split(", ")[-1] for p in ps) if method == "min_cut" else [None]:
+            # PyTorch's points as markers (its peak is not monotone in the budget); ours joined by peak
+            qs = sorted((p for p in ps if solver is None or p.knob.endswith(solver)), key=lambda p: p.peak)
+            ax.plot([p.seconds / eager.seconds for p in qs], [p.peak / GIB for p in qs],
+                    marker="s" if method == "min_cut" else "o", linestyle="" if method == "min_cut" else "-",
+                    label=f"PyTorch min-cut ({solver})" if solver else method)
+    ax.set_xlabel("predicted step time × vanilla (cpu, 1 thread)")
+    ax.set_ylabel("peak GiB (parameters and gradients included)")
+    p0 = points[0]
+    ax.set_title(f"{p0.network}, batch {p0.batch_size} × {p0.input_size}²: circles ours, squares PyTorch")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
+def _atomic(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, then rename: a stopped run leaves the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save(points: list[Point], folder: Path = FIGURES) -> None:
+    path = folder / f"pareto_{points[0].network}.json"
+    text = json.dumps([asdict(p) for p in points], indent=1)
+    _atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def load(name: str, folder: Path = FIGURES) -> list[Point] | None:
+    path = folder / f"pareto_{name}.json"
+    if not path.exists():
+        return None
+    rows = json.loads(path.read_text())
+    return [Point(**r) for r in rows] if rows and "seconds" in rows[0] and "batch_size" in rows[0] else None
+
+
+def report(done: dict[str, list[Point]], header: str) -> str:
+    names = sorted(done, key=lambda n: NETWORKS.index(n) if n in NETWORKS else len(NETWORKS))
+    tables = [f"**{n}** (batch {done[n][0].batch_size}, {done[n][0].input_size}²)\n\n{net_table(done[n])}" for n in names]
+    return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    parser.add_argument("--budgets", type=int, default=4, help="budgets per DP strategy, the smallest feasible first")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per op key")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/pareto_<net>.*")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model_t = TimeModel(repeats=args.repeats, clock="thread")
+    commit = head_commit()
+    done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
+    start = time.perf_counter()
+    for name in args.nets:
+        done[name] = run_net(name, args.budgets, model_t)
+        header = (f"`OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write` (commit {commit}, {date.today()}, "
+                  f"{time.perf_counter() - start:.0f} s so far)")
+        print(net_table(done[name]), flush=True)
+        if args.write:
+            save(done[name])
+            figure(done[name], FIGURES / f"pareto_{name}.png")
+            write_section(REPO / "docs" / "benchmarks.md", "head-to-head", report(done, header))
+    print(report(done, ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""PyTorch's min-cut partitioner and ours on one joint graph, priced by one simulator and one time model.
+
+``torch.compile`` hands a captured graph to AOTAutograd, which traces forward and backward into one
+joint graph and asks a partition function to split it into a forward and a backward module. Here
+the joint graph is captured once (:func:`capture`): the model is compiled with a backend that
+records what the partition function receives, with the decompositions inductor applies (those of
+``aot_eager_decomp_partition``), and the model and inputs may live on the ``meta`` device, so the
+paper's batch costs no memory. Then any partition function runs on copies of it:
+
+* :func:`torch_partition` — ``min_cut_rematerialization_partition`` under an
+  ``activation_memory_budget`` and an ``activation_memory_budget_solver`` (:data:`SOLVERS`);
+* :func:`our_partition` — :class:`recompute.dynamo.Backend`'s, i.e. ``recompute.backend(...)``.
+
+:func:`price` gives a (forward, backward) pair's peak (:func:`pair_peak`) and predicted seconds
+(:mod:`recompute.timing`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.backends.debugging import boxed_nop
+from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+from torch._guards import detect_fake_mode
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .dynamo import Backend, Partition, backend
+from .fxnodes import output_tensors
+from .measure import default_loss
+from .timing import BatchExtrapolation, TimeModel, module_calls
+
+__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "pair_peak", "price",
+           "saved_bytes"]
+
+SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")  # activation_memory_budget_solver in torch 2.14
+
+
+class _WithLoss(torch.nn.Module):
+    """The model and its loss as one module, so that the joint graph is the whole training step."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: Callable[[Any], torch.Tensor]):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model(*inputs))
+
+
+@dataclass(eq=False)
+class JointCapture:
+    """One training step's joint graph as AOTAutograd hands it to a partition function.
+
+    Attributes:
+        joint: the joint forward-backward graph (its ``meta['val']`` are FakeTensors).
+        joint_inputs: the example inputs AOTAutograd passed along with it.
+        num_fwd_outputs: how many outputs of ``joint`` are the forward's.
+        static_lifetime_input_indices: the primals that are parameters and buffers.
+        param_bytes: bytes of the model's parameters and buffers (present before and after the step).
+        compiled: the compiled step (forward returns the loss), runnable where the inputs were real.
+        forward, backward: the modules the default partition gave the compiled step (what it runs).
+    """
+
+    joint: fx.GraphModule
+    joint_inputs: Any
+    num_fwd_outputs: int
+    static_lifetime_input_indices: list[int]
+    param_bytes: int
+    compiled: Callable[..., torch.Tensor] | None = None
+    forward: fx.GraphModule | None = None
+    backward: fx.GraphModule | None = None
+
+    def partition_kwargs(self) -> dict[str, Any]:
+        return {"num_fwd_outputs": self.num_fwd_outputs, "static_lifetime_input_indices": self.static_lifetime_input_indices}
+
+    def copy(self) -> fx.GraphModule:
+        """A copy of the joint graph for one partition function (they rewrite what they are given)."""
+        with _fake_mode(self):
+            return copy.deepcopy(self.joint)
+
+
+def _fake_mode(c: JointCapture) -> Any:
+    mode = detect_fake_mode(c.joint_inputs)
+    return mode if mode is not None else contextlib.nullcontext()
+
+
+def _decompositions() -> dict:
+    from torch._inductor.compile_fx import select_decomp_table
+
+    return select_decomp_table()
+
+
+def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
+            loss_fn: Callable[[Any], torch.Tensor] = default_loss,
+            partition_fn: Callable[..., tuple[fx.GraphModule, fx.GraphModule]] = default_partition) -> JointCapture:
+    """Compile ``loss_fn(model(*inputs))`` (one graph, static shapes) and run its forward once, which
+    captures the joint graph; ``partition_fn`` is what the compiled step then runs with, op by op,
+    each value dropped after its last use (``boxed_nop``, as ``aot_eager`` runs). On ``meta``
+    tensors nothing is computed (the backward cannot run there; the joint graph is all we need)."""
+    found: dict[str, Any] = {}
+
+    def record(joint: fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        found.setdefault("joint", copy.deepcopy(joint))
+        found.setdefault("inputs", joint_inputs)
+        found.setdefault("kwargs", kwargs)
+        fw, bw = partition_fn(joint, joint_inputs, **kwargs)
+        found["fw"], found["bw"] = fw, bw
+        return fw, bw
+
+    torch._dynamo.reset()
+    aot = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, decompositions=_decompositions, partition_fn=record,
+                       keep_inference_input_mutations=True)
+    compiled = torch.compile(_WithLoss(model, loss_fn), backend=aot, fullgraph=True, dynamic=False)
+    compiled(*inputs)
+    if "joint" not in found:
+        raise RuntimeError(f"torch.compile captured no training graph of {type(model).__name__}: does it "
+                           "require gradients (parameters with requires_grad, model.train())?")
+    kwargs = found["kwargs"]
+    param_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return JointCapture(found["joint"], found["inputs"], kwargs["num_fwd_outputs"],
+                        list(kwargs.get("static_lifetime_input_indices") or []), param_bytes, compiled,
+                        found["fw"], found["bw"])
+
+
+def torch_partition(c: JointCapture, budget: float, solver: str = "dp") -> tuple[fx.GraphModule, fx.GraphModule]:
+    """``min_cut_rematerialization_partition`` (inductor's recomputable ops) of the captured joint
+    graph under ``activation_memory_budget=budget`` and ``activation_memory_budget_solver=solver``."""
+    if not 0.0 <= budget <= 1.0:
+        raise ValueError(f"budget (activation_memory_budget) must be in [0, 1], got {budget}")
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    joint = c.copy()
+    with torch._functorch.config.patch(activation_memory_budget=budget, activation_memory_budget_solver=solver), \
+            _fake_mode(c):
+        return min_cut_rematerialization_partition(joint, c.joint_inputs, compiler="inductor", **c.partition_kwargs())
+
+
+def our_partition(c: JointCapture, method: str = "approxdp", **options: Any) -> tuple[fx.GraphModule, fx.GraphModule, Partition]:
+    """``recompute.backend(method, **options)``'s partition of the captured joint graph, and its record."""
+    b: Backend = backend(method, **options)
+    joint = c.copy()
+    with _fake_mode(c):
+        fw, bw = b.partition(joint, c.joint_inputs, **c.partition_kwargs())
+    return fw, bw, b.partitions[-1]
+
+
+def pair_peak(forward: fx.GraphModule, backward: fx.GraphModule) -> int:
+    """The most bytes live during one step run as ``forward`` then ``backward`` (parameters, buffers and
+    inputs not counted: they exist before the step).
+
+    The pricing seam: the one place a (forward, backward) pair's memory is simulated. Each op
+    allocates its outputs' storages (views share their base's, read off the FakeTensors in
+    ``meta['val']``); a storage dies after the last op of its module that uses it, unless the forward
+    returns it: then it lives to its last use in the backward (a saved value), to the end of the
+    forward (new buffer values, copied into the buffers), or to the end (the loss). The backward's
+    gradients arrive at its start and what it returns lives to the end.
+    """
+    fw_in = set(_storages(forward.graph.find_nodes(op="placeholder")))
+    size: dict[StorageWeakRef, int] = {}
+    live = peak = 0
+
+    def storages(node: Any) -> list[StorageWeakRef]:
+        if not isinstance(node, fx.Node):
+            return []
+        out = []
+        for _, t in output_tensors(node.meta.get("val")):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref not in fw_in:
+                size.setdefault(ref, t.untyped_storage().nbytes())
+                out.append(ref)
+        return out
+
+    def last_uses(gm: fx.GraphModule) -> dict[StorageWeakRef, int]:
+        last: dict[StorageWeakRef, int] = {}
+        for i, n in enumerate(gm.graph.nodes):
+            for ref in [*storages(n), *(r for a in n.all_input_nodes for r in storages(a))]:
+                last[ref] = i
+        return last
+
+    fw_last, bw_last = last_uses(forward), last_uses(backward)
+    fw_outputs = {r for o in forward.graph.find_nodes(op="output")[0].all_input_nodes for r in storages(o)}
+    bw_outputs = {r for o in backward.graph.find_nodes(op="output")[0].all_input_nodes for r in storages(o)}
+    saved = {r for n in backward.graph.find_nodes(op="placeholder") for r in storages(n)}
+    alive: set[StorageWeakRef] = set()
+    for phase, (gm, last) in enumerate(((forward, fw_last), (backward, bw_last))):
+        for i, n in enumerate(gm.graph.nodes):
+            if n.op == "output":
+                continue
+            new = [r for r in storages(n) if r not in alive]
+            alive.update(new)
+            live += sum(size[r] for r in new)
+            peak = max(peak, live)
+            dead = {r for r in alive if last.get(r, -1) <= i
+                    and not (phase == 0 and r in fw_outputs) and not (phase == 1 and r in bw_outputs)
+                    and not (phase == 0 and r in saved and r in bw_last)}
+            alive -= dead
+            live -= sum(size[r] for r in dead)
+        if phase == 0:  # the forward's outputs that are not saved for backward: written to buffers, or the loss
+            dead = {r for r in alive if r not in saved}
+            alive -= dead
+            live -= sum(size[r] for r in dead)
+    return peak
+
+
+@dataclass
+class Priced:
+    """A partition's peak (bytes, parameters, buffers and gradients included) and predicted seconds."""
+
+    peak: int
+    seconds: float
+    saved_bytes: int
+
+
+def price(c: JointCapture, forward: fx.GraphModule, backward: fx.GraphModule,
+          time_model: TimeModel | BatchExtrapolation) -> Priced:
+    """``forward`` and ``backward``'s peak (:func:`pair_peak` plus the parameters and buffers) and their
+    ops' predicted seconds under ``time_model``."""
+    return Priced(peak=pair_peak(forward, backward) + c.param_bytes,
+                  seconds=time_model.seconds([*module_calls(forward), *module_calls(backward)]),
+                  saved_bytes=saved_bytes(forward, backward))
+
+
+def saved_bytes(forward: fx.GraphModule, backward: fx.GraphModule) -> int:
+    """Bytes of the distinct storages the backward reads from the forward that are not the forward's
+    inputs (parameters, buffers, the step's inputs): the activations a partition keeps."""
+    inputs = _storages(forward.graph.find_nodes(op="placeholder"))
+    kept = _storages(n for n in backward.graph.find_nodes(op="placeholder") if not n.name.startswith("tangents"))
+    return sum(nbytes for ref, nbytes in kept.items() if ref not in inputs)
+
+
+def _storages(nodes: Any) -> dict[StorageWeakRef, int]:
+    return {StorageWeakRef(t.untyped_storage()): t.untyped_storage().nbytes()
+            for n in nodes for _, t in output_tensors(n.meta.get("val"))}

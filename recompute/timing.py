@@ -1,0 +1,237 @@
+"""A time model in seconds: per-op costs measured on the device, summed along what runs.
+
+An op's cost depends on what it is and on the shapes it runs on, so the model is a table
+:class:`OpKey` → seconds, where the key is the op and the shape, stride and dtype of every tensor it
+reads, with its other arguments. A key is measured once, on real tensors of those shapes on the
+device (the CPU, or CUDA with synchronisation), as the median of ``repeats`` calls after a warm-up:
+the same Python call an executor or an fx module makes. The time of a schedule, an fx module, or
+any list of op calls is then the sum of its ops' costs (views and ``getitem`` included: they are
+calls too).
+
+At a size too large to measure op by op in reasonable time (the paper's batches on a CPU),
+:class:`BatchExtrapolation` measures the same ops at two small probe batches and extends each op's
+cost linearly in the batch to the large one: a fixed part (the call, the weights) and a part that
+grows with the batch. The ops of the large step are matched to the probes' by position in
+corresponding op sequences (the same program traced at each batch).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_map
+
+
+__all__ = ["OpKey", "OpCall", "TimeModel", "BatchExtrapolation", "node_call", "module_calls", "schedule_calls",
+           "Recorder", "CLOCKS"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What an op's cost depends on of one tensor argument."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorSpec":
+        return cls(tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride()), t.dtype, t.device.type)
+
+    def make(self, device: torch.device) -> torch.Tensor:
+        """A real tensor of this layout on ``device``: normal values for floats, zeros otherwise (valid
+        indices for the index-taking ops)."""
+        # the storage the strides span (an expanded tensor has stride 0 and fewer elements than its numel)
+        span = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride)) if all(self.shape) else 0
+        base = torch.empty(span, dtype=self.dtype, device=device)
+        base = base.normal_() if self.dtype.is_floating_point else base.zero_()
+        return base.as_strided(self.shape, self.stride)
+
+
+@dataclass(frozen=True)
+class OpKey:
+    """An op and the layout of its arguments: ``op`` its qualified name, ``args`` the arguments with
+    every tensor written as its :class:`TensorSpec`."""
+
+    op: str
+    args: str
+
+
+@dataclass
+class OpCall:
+    """One call of an op: the callable and its arguments, tensors given by their :class:`TensorSpec`."""
+
+    target: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+
+    @property
+    def key(self) -> OpKey:
+        return OpKey(str(self.target), repr((self.args, sorted(self.kwargs.items()))))
+
+    def materialize(self, device: torch.device) -> tuple[tuple, dict]:
+        make = lambda a: a.make(device) if isinstance(a, TensorSpec) else a  # noqa: E731
+        return tree_map(make, self.args), tree_map(make, self.kwargs)
+
+
+def _spec_of(value: Any) -> Any:
+    return TensorSpec.of(value) if isinstance(value, torch.Tensor) else value
+
+
+def node_call(node: fx.Node) -> OpCall | None:
+    """The call an fx ``call_function`` node makes, its tensor inputs read off ``meta['val']``
+    (``None`` for nodes that call nothing)."""
+    if node.op != "call_function":
+        return None
+    arg = lambda a: _spec_of(a.meta.get("val")) if isinstance(a, fx.Node) else _spec_of(a)  # noqa: E731
+    return OpCall(node.target, fx.node.map_aggregate(node.args, arg), dict(fx.node.map_aggregate(node.kwargs, arg)))
+
+
+def module_calls(gm: fx.GraphModule) -> list[OpCall]:
+    """The op calls of an fx module, in order."""
+    return [c for n in gm.graph.nodes if (c := node_call(n)) is not None]
+
+
+def schedule_calls(program: Any, schedule: Any) -> list[OpCall]:
+    """The op calls of a :class:`~recompute.schedule.Schedule` on ``program``'s joint graph: every
+    step, recomputations included."""
+    joint = program.joint
+    return [c for name, _ in schedule.steps if (c := node_call(joint.node(name))) is not None]
+
+
+class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records every ATen op call made under it (on FakeTensors too) as an :class:`OpCall`: how
+    an eager method (``torch.utils.checkpoint``…) is priced without a graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[OpCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.calls.append(OpCall(func, tree_map(_spec_of, args), tree_map(_spec_of, kwargs)))
+        return func(*args, **kwargs)
+
+
+def _timed(call: OpCall, device: torch.device, repeats: int, clock: Callable[[], float],
+           flush: torch.Tensor | None) -> float:
+    """Median seconds of ``call`` on fresh tensors on ``device`` after one warm-up call; ``flush`` is
+    written before every timed call (outside the timing) to evict the inputs from the core's cache."""
+    args, kwargs = call.materialize(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        call.target(*args, **kwargs)
+        times = []
+        for _ in range(repeats):
+            sync()
+            if flush is not None:
+                flush.add_(1)
+            start = clock()
+            call.target(*args, **kwargs)
+            sync()
+            times.append(clock() - start)
+    return statistics.median(times)
+
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+class TimeModel:
+    """Seconds per :class:`OpKey`, measured on ``device``; :meth:`seconds` sums a list of calls.
+
+    Attributes:
+        device: where the ops are timed.
+        repeats: timed calls per key (their median is the cost).
+        clock: ``"wall"`` (``time.perf_counter``; the only one on CUDA) or ``"thread"`` (the CPU time of
+            the calling thread, ``time.thread_time``: on a shared CPU, what the op costs with the core
+            to itself; single-threaded runs only).
+        flush_bytes: bytes written between timed calls (0: none). In a step an op reads what earlier
+            ops wrote, mostly gone from the core's private cache; timed alone, it would find its inputs
+            there. Twice the private (L2) cache evicts them without flushing the shared one.
+        table: every key measured so far → seconds.
+    """
+
+    def __init__(self, device: str | torch.device = "cpu", repeats: int = 5, clock: str = "wall",
+                 flush_bytes: int = 0):
+        if repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {repeats}")
+        if clock not in CLOCKS:
+            raise ValueError(f"unknown clock {clock!r}; choose one of {', '.join(CLOCKS)}")
+        self.device, self.repeats, self.clock = torch.device(device), repeats, clock
+        self.flush = torch.zeros(flush_bytes // 4, device=self.device) if flush_bytes > 0 else None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("TimeModel(device='cuda') needs a CUDA device; use device='cpu'")
+        if self.device.type == "cuda" and clock != "wall":
+            raise ValueError("on CUDA only clock='wall' measures the kernels (they run beside the CPU thread)")
+        self.table: dict[OpKey, float] = {}
+
+    def measure(self, calls: Iterable[OpCall]) -> None:
+        """Time every key of ``calls`` not timed yet."""
+        for call in calls:
+            key = call.key
+            if key not in self.table:
+                try:
+                    self.table[key] = _timed(call, self.device, self.repeats, CLOCKS[self.clock], self.flush)
+                except Exception as e:  # any op torch cannot run on made-up values is named, with its key
+                    raise RuntimeError(f"timing {key.op} with arguments {key.args} failed: {e}") from e
+
+    def costs(self, calls: Sequence[OpCall]) -> list[float]:
+        """Each call's seconds (measuring the keys not timed yet)."""
+        self.measure(calls)
+        return [self.table[c.key] for c in calls]
+
+    def seconds(self, calls: Sequence[OpCall]) -> float:
+        """The predicted time of running ``calls`` one after another: the sum of their costs."""
+        return float(sum(self.costs(calls)))
+
+
+class BatchExtrapolation:
+    """Seconds of op calls at a large batch from costs measured at two probe batches.
+
+    :meth:`add` registers corresponding op sequences (the same program at the probe batches
+    ``small`` < ``large`` and at the ``target`` batch); each target key's cost is then
+    ``t(small) + (t(large) − t(small)) · (target − small) / (large − small)``, never less than
+    ``t(small)`` (noise must not make an op cheaper at a larger batch).
+    """
+
+    def __init__(self, model: TimeModel, small: int, large: int, target: int):
+        if not 0 < small < large:
+            raise ValueError(f"probe batches must satisfy 0 < small < large, got {small} and {large}")
+        self.model, self.small, self.large, self.target = model, small, large, target
+        self.probes: dict[OpKey, tuple[OpCall, OpCall]] = {}
+
+    def add(self, small: Sequence[OpCall], large: Sequence[OpCall], target: Sequence[OpCall]) -> None:
+        """Match the calls of one program at the three batches, position by position."""
+        if not len(small) == len(large) == len(target):
+            raise ValueError(f"the probes do not correspond: {len(small)}, {len(large)} and {len(target)} op calls")
+        for s, l, t in zip(small, large, target):
+            if not str(s.target) == str(l.target) == str(t.target):
+                raise ValueError(f"the probes do not correspond: {s.target} / {l.target} / {t.target} at one position")
+            self.probes.setdefault(t.key, (s, l))
+
+    def missing(self, calls: Iterable[OpCall]) -> list[OpKey]:
+        """The keys of ``calls`` no probe matches."""
+        return [c.key for c in calls if c.key not in self.probes]
+
+    def costs(self, calls: Sequence[OpCall]) -> list[float]:
+        missing = self.missing(calls)
+        if missing:
+            raise KeyError(f"{len(missing)} op calls have no probe, e.g. {missing[0].op} {missing[0].args[:200]}; "
+                           "add() the same program traced at the probe batches")
+        pairs = [self.probes[c.key] for c in calls]
+        self.model.measure(p for pair in pairs for p in pair)
+        slope = (self.target - self.small) / (self.large - self.small)
+        out = []
+        for s, l in pairs:
+            ts, tl = self.model.table[s.key], self.model.table[l.key]
+            out.append(ts + max(tl - ts, 0.0) * slope)
+        return out
+
+    def seconds(self, calls: Sequence[OpCall]) -> float:
+        return float(sum(self.costs(calls)))

@@ -1,0 +1,29 @@
+"""``benchmarks.head_to_head`` end to end on a tiny network: capture, both partitioners, pricing, outputs."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from benchmarks import head_to_head as h
+from recompute.timing import TimeModel
+
+FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "exact"}
+
+
+def test_head_to_head_runs_end_to_end(tmp_path):
+    torch._dynamo.reset()
+    points = h.run_net("chain", 2, TimeModel(repeats=1, clock="thread"), solvers=("dp", "greedy"),
+                       torch_budgets=(0.0, 1.0), batch=4, size=16)
+    torch._dynamo.reset()
+    assert {p.family for p in points} == {"ours", "pytorch"}
+    assert len([p for p in points if p.method == "min_cut"]) == 4
+    assert all(p.peak > 0 and p.seconds > 0 for p in points)
+    h.save(points, tmp_path)
+    rows = json.loads((tmp_path / "pareto_chain.json").read_text())
+    assert FIELDS <= set(rows[0]) and len(rows) == len(points)
+    assert h.load("chain", tmp_path) == points
+    h.figure(points, tmp_path / "pareto_chain.png")
+    assert (tmp_path / "pareto_chain.png").stat().st_size > 0
+    assert "chain" in h.report({"chain": points}, "header")

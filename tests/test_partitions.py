@@ -1,0 +1,90 @@
+"""PyTorch's min-cut partition and ours, priced by the pair simulator, against a real CPU step; the
+time model's sums."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+import recompute
+from recompute import nets
+from recompute.measure import MemoryMeter
+from recompute.partitions import capture, our_partition, pair_peak, torch_partition
+from recompute.timing import BatchExtrapolation, TimeModel, module_calls
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _measured_peak(step, model: torch.nn.Module, inputs: tuple) -> int:
+    """The live-storage peak of one real step (after a warm-up step), parameters and inputs excluded."""
+    step(*inputs).backward()
+    model.zero_grad(set_to_none=True)
+    meter = MemoryMeter()
+    meter.exclude([*model.parameters(), *model.buffers(), *inputs])
+    with meter:
+        step(*inputs).backward()
+    model.zero_grad(set_to_none=True)
+    return meter.peak
+
+
+@pytest.mark.parametrize("budget", [0.3, 1.0])
+def test_torch_partition_priced_equals_measured_step(budget):
+    """The simulated peak of the min-cut partition's two modules is the real step's, within 2%; and
+    partitioning the captured joint graph again gives the same modules' peak."""
+    model, inputs = nets.build("resblock", batch_size=4, input_size=16, seed=0)
+    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+    with torch._functorch.config.patch(activation_memory_budget=budget):
+        c = capture(model, inputs, partition_fn=partition)
+        measured = _measured_peak(c.compiled, model, inputs)
+    simulated = pair_peak(c.forward, c.backward)
+    assert abs(simulated - measured) <= 0.02 * measured
+    assert pair_peak(*torch_partition(c, budget)) == simulated
+
+
+def test_our_partition_priced_equals_measured_step():
+    """The same for ``recompute.backend``'s partition, run by the compiled step and made again from the
+    captured joint graph."""
+    model, inputs = nets.build("resblock", batch_size=4, input_size=16, seed=0)
+    c = capture(model, inputs, partition_fn=recompute.backend("approxdp", strategy="tc").partition)
+    measured = _measured_peak(c.compiled, model, inputs)
+    simulated = pair_peak(c.forward, c.backward)
+    assert abs(simulated - measured) <= 0.02 * measured
+    fw, bw, _ = our_partition(c, "approxdp", strategy="tc")
+    assert pair_peak(fw, bw) == simulated
+
+
+def test_time_model_sum_is_the_per_op_costs():
+    """A module's predicted seconds are the sum of its ops' costs; each key is timed once."""
+    model, inputs = nets.build("chain", batch_size=2, input_size=8, seed=0)
+    c = capture(model, inputs)
+    calls = [*module_calls(c.forward), *module_calls(c.backward)]
+    tm = TimeModel(repeats=2, clock="thread")
+    costs = tm.costs(calls)
+    assert tm.seconds(calls) == pytest.approx(sum(costs))
+    assert len(tm.table) == len({call.key for call in calls}) < len(calls)  # the chain's layers share keys
+    assert costs == [tm.table[call.key] for call in calls]
+
+
+def test_batch_extrapolation_is_linear_in_the_batch():
+    small, large, target = ([c] for c in (_relu_call(2), _relu_call(4), _relu_call(10)))
+    tm = TimeModel()
+    tm.table[small[0].key], tm.table[large[0].key] = 1.0, 2.0
+    ex = BatchExtrapolation(tm, 2, 4, 10)
+    ex.add(small, large, target)
+    assert ex.seconds(target) == pytest.approx(1.0 + 1.0 * (10 - 2) / (4 - 2))
+    with pytest.raises(KeyError, match="no probe"):
+        ex.seconds([_relu_call(6)])
+
+
+def _relu_call(batch: int):
+    from recompute.timing import OpCall, TensorSpec
+
+    return OpCall(torch.ops.aten.relu.default, (TensorSpec((batch, 3), (3, 1), torch.float32, "cpu"),), {})
