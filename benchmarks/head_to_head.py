@@ -13,7 +13,7 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
   feasible simulated peak towards vanilla's over ``--budgets`` budgets, planned with the ``flops``
   cost model and the ``simulator`` memory model (:data:`PLANNING`).
 
-Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.partitions.pair_peak`
+Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.simulate.simulate_partition`
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
 :class:`recompute.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
 time) at two probe batches and extended linearly to the paper's. Both partitions run the same ops as

@@ -11,7 +11,7 @@ paper's batch costs no memory. Then any partition function runs on copies of it:
   ``activation_memory_budget`` and an ``activation_memory_budget_solver`` (:data:`SOLVERS`);
 * :func:`our_partition` — :class:`recompute.dynamo.Backend`'s, i.e. ``recompute.backend(...)``.
 
-:func:`price` gives a (forward, backward) pair's peak (:func:`pair_peak`) and predicted seconds
+:func:`price` gives a (forward, backward) pair's peak (:func:`recompute.simulate.simulate_partition`) and predicted seconds
 (:mod:`recompute.timing`).
 """
 
@@ -33,9 +33,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from .dynamo import Backend, Partition, backend
 from .fxnodes import output_tensors
 from .measure import default_loss
+from .simulate import simulate_partition
 from .timing import BatchExtrapolation, TimeModel, module_calls
 
-__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "pair_peak", "price",
+__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "price",
            "saved_bytes"]
 
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")  # activation_memory_budget_solver in torch 2.14
@@ -149,64 +150,6 @@ def our_partition(c: JointCapture, method: str = "approxdp", **options: Any) -> 
     return fw, bw, b.partitions[-1]
 
 
-def pair_peak(forward: fx.GraphModule, backward: fx.GraphModule) -> int:
-    """The most bytes live during one step run as ``forward`` then ``backward`` (parameters, buffers and
-    inputs not counted: they exist before the step).
-
-    The pricing seam: the one place a (forward, backward) pair's memory is simulated. Each op
-    allocates its outputs' storages (views share their base's, read off the FakeTensors in
-    ``meta['val']``); a storage dies after the last op of its module that uses it, unless the forward
-    returns it: then it lives to its last use in the backward (a saved value), to the end of the
-    forward (new buffer values, copied into the buffers), or to the end (the loss). The backward's
-    gradients arrive at its start and what it returns lives to the end.
-    """
-    fw_in = set(_storages(forward.graph.find_nodes(op="placeholder")))
-    size: dict[StorageWeakRef, int] = {}
-    live = peak = 0
-
-    def storages(node: Any) -> list[StorageWeakRef]:
-        if not isinstance(node, fx.Node):
-            return []
-        out = []
-        for _, t in output_tensors(node.meta.get("val")):
-            ref = StorageWeakRef(t.untyped_storage())
-            if ref not in fw_in:
-                size.setdefault(ref, t.untyped_storage().nbytes())
-                out.append(ref)
-        return out
-
-    def last_uses(gm: fx.GraphModule) -> dict[StorageWeakRef, int]:
-        last: dict[StorageWeakRef, int] = {}
-        for i, n in enumerate(gm.graph.nodes):
-            for ref in [*storages(n), *(r for a in n.all_input_nodes for r in storages(a))]:
-                last[ref] = i
-        return last
-
-    fw_last, bw_last = last_uses(forward), last_uses(backward)
-    fw_outputs = {r for o in forward.graph.find_nodes(op="output")[0].all_input_nodes for r in storages(o)}
-    bw_outputs = {r for o in backward.graph.find_nodes(op="output")[0].all_input_nodes for r in storages(o)}
-    saved = {r for n in backward.graph.find_nodes(op="placeholder") for r in storages(n)}
-    alive: set[StorageWeakRef] = set()
-    for phase, (gm, last) in enumerate(((forward, fw_last), (backward, bw_last))):
-        for i, n in enumerate(gm.graph.nodes):
-            if n.op == "output":
-                continue
-            new = [r for r in storages(n) if r not in alive]
-            alive.update(new)
-            live += sum(size[r] for r in new)
-            peak = max(peak, live)
-            dead = {r for r in alive if last.get(r, -1) <= i
-                    and not (phase == 0 and r in fw_outputs) and not (phase == 1 and r in bw_outputs)
-                    and not (phase == 0 and r in saved and r in bw_last)}
-            alive -= dead
-            live -= sum(size[r] for r in dead)
-        if phase == 0:  # the forward's outputs that are not saved for backward: written to buffers, or the loss
-            dead = {r for r in alive if r not in saved}
-            alive -= dead
-            live -= sum(size[r] for r in dead)
-    return peak
-
-
 @dataclass
 class Priced:
     """A partition's peak (bytes, parameters, buffers and gradients included) and predicted seconds."""
@@ -218,9 +161,10 @@ class Priced:
 
 def price(c: JointCapture, forward: fx.GraphModule, backward: fx.GraphModule,
           time_model: TimeModel | BatchExtrapolation) -> Priced:
-    """``forward`` and ``backward``'s peak (:func:`pair_peak` plus the parameters and buffers) and their
+    """``forward`` and ``backward``'s peak (:func:`recompute.simulate.simulate_partition`, the simulator's
+    storage table, plus the parameters and buffers) and their
     ops' predicted seconds under ``time_model``."""
-    return Priced(peak=pair_peak(forward, backward) + c.param_bytes,
+    return Priced(peak=simulate_partition(forward, backward).peak + c.param_bytes,
                   seconds=time_model.seconds([*module_calls(forward), *module_calls(backward)]),
                   saved_bytes=saved_bytes(forward, backward))
 

@@ -12,7 +12,8 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 import recompute
 from recompute import nets
 from recompute.measure import MemoryMeter
-from recompute.partitions import capture, our_partition, pair_peak, torch_partition
+from recompute.partitions import capture, our_partition, torch_partition
+from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, TimeModel, module_calls
 
 
@@ -44,9 +45,9 @@ def test_torch_partition_priced_equals_measured_step(budget):
     with torch._functorch.config.patch(activation_memory_budget=budget):
         c = capture(model, inputs, partition_fn=partition)
         measured = _measured_peak(c.compiled, model, inputs)
-    simulated = pair_peak(c.forward, c.backward)
+    simulated = simulate_partition(c.forward, c.backward).peak
     assert abs(simulated - measured) <= 0.02 * measured
-    assert pair_peak(*torch_partition(c, budget)) == simulated
+    assert simulate_partition(*torch_partition(c, budget)).peak == simulated
 
 
 def test_our_partition_priced_equals_measured_step():
@@ -55,10 +56,10 @@ def test_our_partition_priced_equals_measured_step():
     model, inputs = nets.build("resblock", batch_size=4, input_size=16, seed=0)
     c = capture(model, inputs, partition_fn=recompute.backend("approxdp", strategy="tc").partition)
     measured = _measured_peak(c.compiled, model, inputs)
-    simulated = pair_peak(c.forward, c.backward)
+    simulated = simulate_partition(c.forward, c.backward).peak
     assert abs(simulated - measured) <= 0.02 * measured
     fw, bw, _ = our_partition(c, "approxdp", strategy="tc")
-    assert pair_peak(fw, bw) == simulated
+    assert simulate_partition(fw, bw).peak == simulated
 
 
 def test_time_model_sum_is_the_per_op_costs():
