@@ -99,35 +99,32 @@ def _tc_text(c: Cell) -> str:
             f"{r['paper_peak_gb']:.1f} GB against its MC's {mc['paper_peak_gb']:.1f} GB.")
 
 
-def _simulator_cell(c: Cell) -> pd.Series | None:
-    return c.other(c.row["method"], "simulator") if c.row["memory_model"] == "paper" else None
+def _on_model(c: Cell, model: str) -> pd.Series | None:
+    """The same network and method planned on the other DP memory model ``model`` (None on ``model`` itself)."""
+    return c.other(c.row["method"], model) if c.row["memory_model"] != model else None
 
 
 def _eq2_only(c: Cell) -> bool:
-    sim = _simulator_cell(c)
+    sim = _on_model(c, "simulator")
     return sim is not None and not pd.isna(sim["diff_points"]) and abs(sim["diff_points"]) < abs(c.row["diff_points"])
 
 
 def _eq2_text(c: Cell) -> str:
-    r, sim = c.row, _simulator_cell(c)
+    r, sim = c.row, _on_model(c, "simulator")
     return (f"eq. (2) charges every node output M_v, where PyTorch's autograd keeps less, so the plan it "
             f"prices best is not the one with the least measured peak: planned on eq. (2) the cell measures "
             f"{r['peak_gb']:.2f} GB ({_pct(r['reduction'])}), planned on the exact simulated peak "
             f"{sim['peak_gb']:.2f} GB ({_pct(sim['reduction'])}, {sim['diff_points']:+.0f} points from the paper).")
 
 
-def _eq2_cell(c: Cell) -> pd.Series | None:
-    return c.other(c.row["method"], "paper") if c.row["memory_model"] == "simulator" else None
-
-
 def _exact_model_lower(c: Cell) -> bool:
-    eq2 = _eq2_cell(c)
+    eq2 = _on_model(c, "paper")
     return (c.row["diff_points"] > 0 and eq2 is not None and not pd.isna(eq2["diff_points"])
             and abs(eq2["diff_points"]) < c.row["diff_points"])
 
 
 def _exact_model_text(c: Cell) -> str:
-    r, eq2 = c.row, _eq2_cell(c)
+    r, eq2 = c.row, _on_model(c, "paper")
     return (f"planned on the exact simulated peak the cell measures {r['peak_gb']:.2f} GB ({_pct(r['reduction'])}); "
             f"planned on the paper's eq. (2), as the paper did, {eq2['peak_gb']:.2f} GB ({_pct(eq2['reduction'])}, "
             f"{eq2['diff_points']:+.0f} points from the paper): the exact model finds lower-set sequences whose "
