@@ -10,7 +10,7 @@ A cell is ``bitwise`` where the loss, every gradient (the inputs' too, where an 
 every buffer and the generator's state after the step equal plain training's. Otherwise (the plan runs
 other kernels, e.g. a decomposed LSTM) it gives the largest relative distance of our step from a
 float64 step beside float32 eager's, and passes only if ours ≤ 2 × eager's. A method that will not
-plan a model says why (``refused: ...``). Each model runs in a fresh process (one at a time, one
+plan a model says why (``refused: ...``). Each model runs in a fresh process (``--jobs`` at a time, each one
 thread), so memory is bounded by the largest model, not the sum.
 """
 
@@ -27,7 +27,8 @@ import signal
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+import itertools
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from enum import Enum
@@ -398,27 +399,44 @@ def _warm_up() -> None:
     recompute.methods()  # imports the planners and baselines
 
 
-def run(models: Sequence[Model], labels: Sequence[str], timeout: int, minutes: float = 0) -> Iterator[Row]:
-    """Each model in a fresh process forked from this one, one at a time: its memory is returned
-    before the next, and a model that kills its process costs only its own row. After ``minutes``
-    (0: never) no further model starts."""
+def _row(i: int, count: int, entry: Model, labels: Sequence[str], timeout: int) -> Row:
+    """One model's row, from a fresh process forked from this one: its memory is returned when it
+    ends, and a model that kills its process costs only its own row."""
+    row = Row(entry)
+    if entry.skip is None:
+        print(f"[{i}/{count}] {entry.name} {entry.shape}", flush=True)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            try:
+                row.outcomes, row.seconds, row.peak_rss = pool.submit(run_model, entry.name, labels, timeout).result()
+            except BrokenProcessPool:
+                row.died = "its process died (out of memory?)"
+    print(f"[{i}/{count}] {entry.name}: {entry.skip or row.died or 'done'} ({row.seconds:.0f} s, "
+          f"peak RSS {row.peak_rss / 2**30:.2f} GiB)", flush=True)
+    return row
+
+
+def run(models: Sequence[Model], labels: Sequence[str], timeout: int, minutes: float = 0,
+        jobs: int = 1) -> Iterator[Row]:
+    """Each model in a process of its own, ``jobs`` at a time, rows yielded as they finish. After
+    ``minutes`` (0: never) no further model starts."""
     _warm_up()
-    context = multiprocessing.get_context("fork")
     start = time.perf_counter()
-    for i, entry in enumerate(models, 1):
-        if minutes and time.perf_counter() - start > 60 * minutes:
-            return
-        row = Row(entry)
-        if entry.skip is None:
-            print(f"[{i}/{len(models)}] {entry.name} {entry.shape}", flush=True)
-            with ProcessPoolExecutor(1, mp_context=context) as pool:
-                try:
-                    row.outcomes, row.seconds, row.peak_rss = pool.submit(run_model, entry.name, labels, timeout).result()
-                except BrokenProcessPool:
-                    row.died = "its process died (out of memory?)"
-        print(f"[{i}/{len(models)}] {entry.name}: {entry.skip or row.died or 'done'} ({row.seconds:.0f} s, "
-              f"peak RSS {row.peak_rss / 2**30:.2f} GiB)", flush=True)
-        yield row
+    with ThreadPoolExecutor(jobs) as threads:  # each thread waits on one model's process
+
+        def submit(i: int, entry: Model) -> Future[Row] | None:
+            if minutes and time.perf_counter() - start > 60 * minutes:
+                return None
+            return threads.submit(_row, i, len(models), entry, labels, timeout)
+
+        queue = iter(enumerate(models, 1))
+        pending = {f for f in (submit(i, e) for i, e in itertools.islice(queue, jobs)) if f}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+                following = next(queue, None)
+                if following and (f := submit(*following)):
+                    pending.add(f)
 
 
 def table(rows: Sequence[Row], labels: Sequence[str]) -> str:
@@ -457,7 +475,7 @@ def _header(argv: Sequence[str], labels: Sequence[str], timeout: int) -> str:
     date = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return (
         f"`python -m benchmarks.corpus {' '.join(argv)}` at commit {git_commit()}, {date}, on "
-        f"{platform.node()} ({_cpu()}, {os.cpu_count()} cores, torch {torch.__version__}, one thread). "
+        f"{platform.node()} ({_cpu()}, {os.cpu_count()} cores, torch {torch.__version__}, one thread a model). "
         f"Each model in train mode, batch {BATCH}, one step of each method with `optimize`'s defaults (the "
         f"DPs at their smallest feasible budget) from the same generator state as plain float32 training. **bitwise**: the loss, every gradient "
         f"(floating inputs require grad, so theirs too), every buffer and the generator's state after the "
@@ -477,7 +495,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=0,
                         help="start no model after this many minutes (0: run them all); the table lists those left")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md (after every model)")
+    parser.add_argument("--jobs", type=int, default=1, help="models run at once (each in its own one-thread process)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if not args.minutes >= 0:
@@ -490,12 +511,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
 
     def text() -> str:
-        left = [m.name for m in models[len(rows):]]
+        ran = {r.model.name for r in rows}
+        left = [m.name for m in models if m.name not in ran]
         tail = f"\n\nNot run (the run's {args.minutes:g} minutes were over): {', '.join(left)}." if left else ""
         return header + "\n\n" + table(rows, args.methods) + tail
 
-    for row in run(models, args.methods, args.timeout, args.minutes):
+    order = {m.name: i for i, m in enumerate(models)}
+    for row in run(models, args.methods, args.timeout, args.minutes, args.jobs):
         rows.append(row)
+        rows.sort(key=lambda r: order[r.model.name])
         if args.write:  # after every model: a run cut short still leaves its table
             write_section(REPO / "docs" / "benchmarks.md", "corpus-table", text())
     print(text())

@@ -191,7 +191,7 @@ def trace_step(
     # an input that requires grad gets its gradient in the joint graph; detached, since a non-leaf
     # input's history belongs to the caller's graph, not to the step
     inputs = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
-    with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_upsampling():
+    with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_kernels():
         tangents, unused = _probe(model, inputs, loss_fn)
         with _frozen(unused), _saved_in_python():
             try:
@@ -264,16 +264,43 @@ def _saved_in_python() -> Iterator[None]:
         saved.clear()
 
 
-@contextlib.contextmanager
-def _eager_upsampling() -> Iterator[None]:
-    """Trace upsampling as eager runs it.
+def _fused_composites() -> list[torch._ops.OpOverload]:
+    """The ATen ops with both a fused CPU/CUDA kernel and a ``CompositeImplicitAutograd`` decomposition
+    (``silu_backward``, ``mish_backward``, ``_fused_rms_norm``, ``native_channel_shuffle`` in torch 2.14):
+    eager runs the kernel, while the export's functionalization decomposes every composite op."""
+    keys = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+    found = []
+    for qualified in torch._C._dispatch_get_all_op_names():
+        namespace, _, name = qualified.partition("::")
+        if namespace != "aten" or not torch._C._dispatch_has_kernel_for_dispatch_key(
+                qualified, torch._C.DispatchKey.CompositeImplicitAutograd):
+            continue
+        if any(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, k) for k in keys):
+            name, _, overload = name.partition(".")
+            found.append(getattr(getattr(torch.ops.aten, name), overload or "default"))
+    return found
 
-    While tracing, torch swaps the C++ kernels of ``upsample_*`` for Python decompositions into
-    index arithmetic that rounds differently from the kernel eager calls; lifting those Python
-    kernels for the export keeps ``aten.upsample_bilinear2d`` (and its backward) in the graph, so the
-    step is bitwise the one plain training runs.
+
+def _backend_kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether eager would run ``op``'s own kernel on these arguments' device (not its decomposition)."""
+    for x in tree_flatten((args, kwargs))[0]:
+        if isinstance(x, torch.Tensor):
+            key = torch._C._parse_dispatch_key(torch._C._dispatch_key_for_device(x.device.type))
+            return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+    return False
+
+
+@contextlib.contextmanager
+def _eager_kernels() -> Iterator[None]:
+    """Trace the kernels eager runs, so that the step is bitwise the one plain training runs.
+
+    - While tracing, torch swaps the C++ kernels of ``upsample_*`` for Python decompositions into
+      index arithmetic that rounds differently from the kernel eager calls; lifting those Python
+      kernels keeps ``aten.upsample_bilinear2d`` (and its backward) in the graph.
+    - The export decomposes composite ops that eager runs fused (:func:`_fused_composites`, e.g.
+      SiLU's backward into sigmoid arithmetic); a Python ``CompositeImplicitAutograd`` kernel that
+      declines (``NotImplemented``) where the device has the fused kernel keeps the op itself.
     """
-    keys = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
     lifted = []
     for name in dir(torch.ops.aten):
         if not name.lstrip("_").startswith("upsample"):
@@ -281,16 +308,36 @@ def _eager_upsampling() -> Iterator[None]:
         packet = getattr(torch.ops.aten, name)
         for overload in packet.overloads():
             op = getattr(packet, overload)
-            for key in keys:
+            for key in (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd):
                 if key in op.py_kernels:
                     lifted.append((op, key, op.py_kernels.pop(key)))
             op._dispatch_cache.clear()
+    added = []
+    for op in _FUSED_COMPOSITES:
+        if torch._C.DispatchKey.CompositeImplicitAutograd in op.py_kernels:
+            continue
+
+        def keep(*args: Any, op: torch._ops.OpOverload = op, **kwargs: Any) -> Any:
+            if _backend_kernel(op, args, kwargs):
+                return NotImplemented
+            return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+
+        op.py_kernels[torch._C.DispatchKey.CompositeImplicitAutograd] = keep
+        op._dispatch_cache.clear()
+        added.append(op)
     try:
         yield
     finally:
         for op, key, kernel in lifted:
             op.py_kernels[key] = kernel
             op._dispatch_cache.clear()
+        for op in added:
+            op.py_kernels.pop(torch._C.DispatchKey.CompositeImplicitAutograd, None)
+            op._dispatch_cache.clear()
+
+
+_FUSED_COMPOSITES = _fused_composites()
+
 
 
 class StepError(ValueError):

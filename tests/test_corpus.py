@@ -8,7 +8,8 @@ import torch
 import torchvision
 
 from benchmarks import corpus
-from recompute.exactness import float64_distance
+import recompute
+from recompute.exactness import compare, float64_distance
 
 # The ops of our step are eager's, so everything must be bitwise equal; the traced LSTM runs decomposed
 # kernels where eager runs a fused one, so it is held to the float64 yardstick instead.
@@ -73,3 +74,32 @@ def test_the_float64_yardstick_compares_the_inputs_gradients():
     x = torch.randn(2, 4, requires_grad=True)
     ours, eager = float64_distance(model, lambda t: model(_HalveInputGradient.apply(t)), (x,))
     assert eager < 1e-6 and ours > 0.4
+
+
+class _ChannelShuffle(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.channel_shuffle(x, 2)
+
+
+@pytest.mark.parametrize("layer", [torch.nn.SiLU(), torch.nn.SiLU(inplace=True), torch.nn.Mish(),
+                                   torch.nn.RMSNorm([8, 6, 6]), _ChannelShuffle()], ids=type)
+def test_ops_eager_runs_fused_are_traced_fused_so_the_step_is_bitwise(layer):
+    # export decomposes composite ops that have a fused kernel (SiLU's backward into sigmoid
+    # arithmetic, which rounds differently): EfficientNet's step was not bitwise
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), layer, torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
+                                torch.nn.Linear(64, 3))
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    for method in ("chen", "approxdp"):
+        assert compare(model, recompute.optimize(model, (x,), method=method), (x,)).bitwise, method
+
+
+def test_the_float64_yardstick_measures_a_vanishing_gradient_against_float32_resolution():
+    # a convolution's bias before BatchNorm has a true gradient of 0: float64 gives ~1e-17, float32
+    # ~1e-9; relative to its own size that read as 1e8 for eager itself
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 36, 3))
+    x = torch.randn(4, 3, 8, 8, requires_grad=True)
+    ours, eager = float64_distance(model, model, (x,))
+    assert ours == eager and eager < 1
