@@ -95,7 +95,7 @@ def run(names: list[str], budgets: int, milp_options: dict, slow: tuple[str, ...
             else:
                 found.append(m)
                 start = m.info["warm_overhead"]
-                cells += [f"{_pct(m.overhead, total)} ({m.peak / GIB:.2f}; {m.info['model_peak'] / GIB:.2f})",
+                cells += [f"{_pct(m.overhead, total)} ({m.peak / GIB:.2f}; {m.model_peak / GIB:.2f})",
                           _pct(m.info["bound"], total), f"{m.info['gap']:.0%}",
                           f"{m.info['status']} ({m.info['solves']} solves, n={m.info['coarsened_to']}, "
                           f"warm {'—' if start is None else _pct(start, total)})",

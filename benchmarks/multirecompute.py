@@ -83,7 +83,7 @@ def rows_for(name: str, labels: list[str], bar: tqdm) -> list[Row]:
             continue
         executor = recompute.execute(graph, plan)
         got = recompute.measure(model, inputs, runner=executor, backend="fake")
-        out.append(Row(name, label, got.total_peak_bytes, plan.peak + got.param_bytes, plan.info.get("slots"),
+        out.append(Row(name, label, got.total_peak_bytes, plan.peak + got.param_bytes, plan.slots,
                        executor.schedule.recomputations(), plan.overhead / graph.total_time(), plan.solve_seconds))
     return out
 

@@ -142,9 +142,9 @@ class RunRecord:
 
     def set_plan(self, plan: recompute.Plan) -> None:
         """The planner's prediction (peak with parameters, overhead as a fraction of T(V)) and solve time."""
-        self.k, self.min_budget, self.solve_seconds = plan.k, plan.info.get("min_budget"), plan.solve_seconds
+        self.k, self.min_budget, self.solve_seconds = plan.k, plan.min_budget, plan.solve_seconds
         if plan.schedule is not None:
-            self.slots, self.recomputations = plan.info.get("slots"), plan.schedule.recomputations()
+            self.slots, self.recomputations = plan.slots, plan.schedule.recomputations()
         self.predicted_peak_bytes, self.predicted_overhead = int(plan.peak), int(plan.overhead)
         self.predicted_total_bytes = int(plan.peak) + (self.param_bytes or 0)
         self.overhead_fraction = plan.overhead / self.total_cost if self.total_cost else None

@@ -52,7 +52,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from .fxnodes import is_random, output_tensors
 from .graph import Graph
 from .joint import JointProgram
-from .plan import Door, Plan, plan, spec
+from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .schedule import Instance, Schedule
 from .simulate import simulate
 from .trace import Program, graph_of
@@ -315,7 +315,7 @@ def _out(o: Any, env: dict[Instance, fx.Node]) -> Any:
 
 
 def backend(
-    method: str = "approxdp",
+    method: str = DEFAULT_METHOD,
     *,
     strategy: str | None = None,
     budget: int | None = None,

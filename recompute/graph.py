@@ -54,6 +54,7 @@ class Graph:
         saved: bytes of each node's output that plain autograd keeps for backward (≤ ``mem``; a
             value nobody saves is only transient). Defaults to ``mem``; the ``liveness`` memory model
             of :mod:`recompute.lowerset` uses it.
+        edge_arrays: E as two int64 arrays (tails, heads), derived from ``preds``.
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -89,6 +90,10 @@ class Graph:
             for u in ps:
                 succs[u].append(v)
         self.succs: tuple[tuple[int, ...], ...] = tuple(tuple(s) for s in succs)
+        edges = [(u, v) for v, ps in enumerate(self.preds) for u in ps]
+        # E as two int64 arrays (tails, heads): vectorised set operations over the edges
+        self.edge_arrays: tuple[np.ndarray, np.ndarray] = (
+            np.array([u for u, _ in edges], dtype=np.int64), np.array([v for _, v in edges], dtype=np.int64))
         self.topo_order: tuple[int, ...] = self._topological_order()
 
     @classmethod
@@ -141,7 +146,7 @@ class Graph:
     @property
     def edges(self) -> list[tuple[int, int]]:
         """E as ``(u, v)`` pairs."""
-        return [(u, v) for v, ps in enumerate(self.preds) for u in ps]
+        return list(zip(*(a.tolist() for a in self.edge_arrays)))
 
     @property
     def num_edges(self) -> int:

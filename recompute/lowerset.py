@@ -46,8 +46,12 @@ def is_lower_set(g: Graph, s: NodeSet) -> bool:
 
 
 def boundary(g: Graph, lower: NodeSet) -> frozenset[int]:
-    """∂(L) = δ⁻(V \\ L) ∩ L: the nodes of L that something outside L reads."""
-    return frozenset(v for v in lower if any(w not in lower for w in g.succs[v]))
+    """∂(L) = δ⁻(V \\ L) ∩ L: the nodes of L that something outside L reads (the tails of the edges
+    that leave L, over the edge arrays: planners call it for every lower set of a plan)."""
+    src, dst = g.edge_arrays
+    inside = np.zeros(g.n, dtype=bool)
+    inside[np.fromiter(lower, dtype=np.int64, count=len(lower))] = True
+    return frozenset(np.unique(src[inside[src] & ~inside[dst]]).tolist())
 
 
 def blocks(seq: Sequence[NodeSet]) -> list[frozenset[int]]:

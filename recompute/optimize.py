@@ -10,7 +10,7 @@ from . import baselines
 from .baselines import BaselineModule
 from .execute import Executor
 from .graph import Graph
-from .plan import Door, Plan, plan, spec
+from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .trace import trace
 from .validate import check_budget, check_cost_model, check_inputs, check_model
 
@@ -87,7 +87,7 @@ def optimize(
     model: torch.nn.Module,
     example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
     *,
-    method: str = "approxdp",
+    method: str = DEFAULT_METHOD,
     strategy: str | None = None,
     budget: int | None = None,
     cost_model: str = "paper",

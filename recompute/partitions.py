@@ -33,6 +33,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from .dynamo import Backend, Partition, backend
 from .fxnodes import output_tensors
 from .measure import default_loss
+from .plan import DEFAULT_METHOD
 from .simulate import simulate_partition
 from .timing import BatchExtrapolation, TimeModel, module_calls
 
@@ -141,7 +142,7 @@ def torch_partition(c: JointCapture, budget: float, solver: str = "dp") -> tuple
         return min_cut_rematerialization_partition(joint, c.joint_inputs, compiler="inductor", **c.partition_kwargs())
 
 
-def our_partition(c: JointCapture, method: str = "approxdp", **options: Any) -> tuple[fx.GraphModule, fx.GraphModule, Partition]:
+def our_partition(c: JointCapture, method: str = DEFAULT_METHOD, **options: Any) -> tuple[fx.GraphModule, fx.GraphModule, Partition]:
     """``recompute.backend(method, **options)``'s partition of the captured joint graph, and its record."""
     b: Backend = backend(method, **options)
     joint = c.copy()

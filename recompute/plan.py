@@ -17,9 +17,10 @@ from .simulate import simulate
 from .validate import check_budget, check_graph, check_options, keyword_options
 
 __all__ = ["Plan", "PlannerSpec", "Door", "Unserved", "InfeasibleBudget", "register", "plan", "methods", "spec",
-           "simulated_peak", "STRATEGIES"]
+           "simulated_peak", "STRATEGIES", "DEFAULT_METHOD"]
 
 STRATEGIES = ("tc", "mc")
+DEFAULT_METHOD = "approxdp"  # every door's default planner (plan, optimize, backend, partitions)
 
 
 class InfeasibleBudget(ValueError):
@@ -45,7 +46,13 @@ class Plan:
             M({L_1 ≺ … ≺ L_k}) of eq. (2) or its liveness variant.
         budget: the memory budget B the plan was solved for (``None`` where the method takes none).
         solve_seconds: wall time of the planner.
-        info: method-specific facts (number of lower sets, time quantisation, search steps, …).
+        min_budget: the smallest budget the planner has a plan for, where it searched for it (the DPs
+            with ``budget=None``); ``None`` otherwise.
+        model_peak: the planner's own memory model's peak of this plan, where ``peak`` is the
+            simulator's and the planner priced it otherwise (eq. (2), liveness, the MILP's stages).
+        slots: the memory slots of a multi-recompute schedule (``None`` for a lower-set plan).
+        info: method-specific diagnostics for display (number of lower sets, time quantisation,
+            search steps, …); nothing outside the planner's own module and its experiment reads them.
         memory_model: what ``peak`` and ``budget`` are expressed in (:class:`~recompute.memory_model.MemoryModel`).
         schedule: the executable schedule of a plan that is no canonical strategy (it recomputes
             more than once: :mod:`recompute.planners.multirecompute`); such a plan carries the trivial
@@ -60,6 +67,9 @@ class Plan:
     peak: int
     budget: int | None = None
     solve_seconds: float = 0.0
+    min_budget: int | None = None
+    model_peak: int | None = None
+    slots: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
     memory_model: MemoryModel = MemoryModel.paper
     schedule: Schedule | None = field(default=None, repr=False)
@@ -74,6 +84,7 @@ class Plan:
         strategy: str | None = None,
         budget: int | None = None,
         memory_model: MemoryModel = MemoryModel.paper,
+        min_budget: int | None = None,
         **info: Any,
     ) -> "Plan":
         """Validate a lower-set sequence and evaluate it with eq. (1) and eq. (2) (or ``memory_model``)."""
@@ -88,6 +99,7 @@ class Plan:
             overhead=lowerset.overhead(g, seq),
             peak=memory_model.peak(g, seq),
             budget=budget,
+            min_budget=min_budget,
             info=dict(info),
             memory_model=memory_model,
         )
@@ -260,7 +272,7 @@ def simulated_peak(graph: Graph, p: Plan) -> int:
 
 def plan(
     graph: Graph,
-    method: str = "approxdp",
+    method: str = DEFAULT_METHOD,
     *,
     strategy: str | None = None,
     budget: int | None = None,
@@ -274,7 +286,7 @@ def plan(
 
     On a traced graph (``recompute.trace``) the plan's ``peak`` is the simulator's: the exact peak of
     the schedule the executor runs (:mod:`recompute.simulate`), which is what ``measure`` reports;
-    the planner's own memory model's value is kept in ``info["model_peak"]``, and a ``budget`` bounds
+    the planner's own memory model's value is kept in ``model_peak``, and a ``budget`` bounds
     the simulated peak. Planners that emit schedules (``revolve``, ``chen_recursive``, ``join_dp``)
     need a traced graph and price their schedules with the simulator themselves.
     """
@@ -300,7 +312,7 @@ def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: s
         p = entry.solve(graph, b, strategy, options)
         if p.memory_model == MemoryModel.simulator:
             return p  # costed by the simulator itself: its peak and budget already mean what runs
-        p.info["model_peak"], p.info["model"] = p.peak, p.memory_model
+        p.model_peak, p.info["model"] = p.peak, p.memory_model
         p.peak, p.memory_model = simulated_peak(graph, p), MemoryModel.simulator
         p.budget = budget
         return p
@@ -325,7 +337,7 @@ def _smallest(solve: Callable[[int | None], Plan], first: Plan, probes: int = 6,
     """With no budget: the planner's model is not the simulator, so its smallest budget need not give
     the smallest simulated peak. Probe budgets 3%, 6%, … above it and keep the smallest simulated
     peak (then the least overhead)."""
-    base = int(first.info.get("min_budget") or first.info["model_peak"])
+    base = int(first.min_budget or first.model_peak)
     best = first
     for j in range(1, probes):
         p = solve(int(base * (1 + step * j)))
@@ -339,7 +351,7 @@ def _smallest(solve: Callable[[int | None], Plan], first: Plan, probes: int = 6,
 def _loosest(solve: Callable[[int | None], Plan], tightest: Plan, budget: int) -> Plan:
     """Bisect the planner's budget between its own smallest one and ``budget`` (×2 of the model's
     peak): the plan with the least overhead whose simulated peak fits ``budget``."""
-    lo = int(tightest.info.get("min_budget") or tightest.info["model_peak"])
+    lo = int(tightest.min_budget or tightest.model_peak)
     if tightest.peak > budget:
         raise InfeasibleBudget(tightest.method, budget, tightest.peak)
     hi = max(lo, 2 * budget)

@@ -236,7 +236,7 @@ def test_milp_plans_execute_exactly_within_budget(name: str) -> None:
         # loss, gradients, BatchNorm statistics and the generator state as plain training
         assert_same(ref, train_step(planned, runner, inputs, 0, loss_fn=lambda loss: loss))
         assert measure(planned, inputs, runner=recompute.execute(graph, p, planned), backend="fake").peak_bytes == p.peak
-        assert p.peak <= p.info["model_peak"]  # the program never under-prices the schedule it emits
+        assert p.peak <= p.model_peak  # the program never under-prices the schedule it emits
 
 
 # --- the program's peak is the simulator's ---------------------------------------------------------

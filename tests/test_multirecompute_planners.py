@@ -79,7 +79,7 @@ def test_chen_recursive_checks_its_budget() -> None:
 def test_revolve_trains_a_model_traced_without_its_loss() -> None:
     model, (x,) = nets.build("chain", seed=0)
     plan = check_plan(model, (x,), lambda g: recompute.plan(g, "revolve", slots=3))
-    assert plan.info["slots"] == 3 and plan.schedule.recomputations() > 0
+    assert plan.slots == 3 and plan.schedule.recomputations() > 0
 
 
 def test_options_are_declared_and_graphs_without_a_program_refused() -> None:

@@ -93,7 +93,7 @@ def test_liveness_model_exactdp_matches_exhaustive(g: Graph, frac: float, strate
 def test_dp_plans_valid_and_ordered(g: Graph, frac: float) -> None:
     exact_min = recompute.plan(g, "exactdp")
     approx_min = recompute.plan(g, "approxdp")
-    assert exact_min.budget == exact_min.info["min_budget"] <= approx_min.budget  # {L_v} is a subfamily
+    assert exact_min.budget == exact_min.min_budget <= approx_min.budget  # {L_v} is a subfamily
     budget = budget_between(g, approx_min.budget, frac)
     plans = {(m, s): recompute.plan(g, m, strategy=s, budget=budget) for m in DPS for s in ("tc", "mc")}
     for p in plans.values():

@@ -499,9 +499,10 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
         upper = _min_budget(seed)[0] if seed is not None else None
         return _min_budget(fam, hi=upper, lo=lo)
 
+    smallest = None
     if budget is None:
         budget, info["search_runs"] = min_budget()
-        info["min_budget"] = budget
+        smallest = budget
     budget = int(budget)
     # t is exact below time_levels; above, it is quantised, each of the ≤ #V transitions rounding Δt by
     # at most quantum/2, so the plan's overhead is within #V·quantum of the optimum (reported).
@@ -528,7 +529,7 @@ def _solve(g: Graph, fam: _Family, method: str, budget: int | None, strategy: st
     info["dp_overhead"] = run.t * quantum  # the DP's own (quantised) value of eq. (1)
     seq = [fam.lower_set(r) for r in run.seq]
     return Plan.from_sequence(g, seq, method=method, strategy=strategy, budget=budget,
-                              memory_model=memory_model, **info)
+                              memory_model=memory_model, min_budget=smallest, **info)
 
 
 def _t_limit(g: Graph, quantum: int) -> int:

@@ -53,7 +53,7 @@ def _priced(g: Graph, jm: JoinMap, pebbles: PebbleSchedule, budget: int | None) 
     return Plan(
         method=pebbles.method, strategy=None, lower_sets=[g.nodes], cached=frozenset(),
         overhead=recomputation_cost(g, schedule), peak=simulate(g.program, schedule).peak, budget=budget,
-        info={"slots": pebbles.slots, "lengths": jm.lengths, "recomputations": schedule.recomputations(),
+        slots=pebbles.slots, info={"lengths": jm.lengths, "recomputations": schedule.recomputations(),
               "makespan": pebbles.makespan, **pebbles.info},
         memory_model=MemoryModel.simulator, schedule=schedule,
     )

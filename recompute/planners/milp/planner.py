@@ -183,14 +183,14 @@ def milp(g: Graph, *, budget: int | None = None, time_limit: float = 60.0,
     info.update(
         status=sol.status, objective=best.overhead, bound=bound,
         gap=(best.overhead - bound) / best.overhead if best.overhead else 0.0, mip_gap=sol.mip_gap,
-        highs_seconds=sum(x.seconds for x in solves), solves=len(solves), model_peak=best.model_peak,
+        highs_seconds=sum(x.seconds for x in solves), solves=len(solves),
         milp_budget=best.model_budget, variables=solves[-1].variables if solves else 0,
         rows=solves[-1].rows if solves else 0, R=sol.R, S=sol.S, model=MemoryModel.milp,
     )
     cached = frozenset(v for c in np.flatnonzero(sol.S[pb.n, :pb.n] | sol.S[pb.n, pb.n:]) for v in pb.groups[c])
     model = MemoryModel.milp if g.program is None else MemoryModel.simulator
     return Plan(method="milp", strategy=None, lower_sets=[g.nodes], cached=cached, overhead=best.overhead,
-                peak=best.peak, budget=budget, info=info, memory_model=model,
+                peak=best.peak, budget=budget, model_peak=best.model_peak, info=info, memory_model=model,
                 schedule=best.schedule)
 
 

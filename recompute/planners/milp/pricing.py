@@ -27,7 +27,7 @@ On a graph built from edges M_v and T_v are the graph's (M'_v = X = D = 0), the 
 first differentiated successor (of the backward start for an output) to the end of v's.
 
 Where the program and the simulator can still differ. A schedule is priced at the least (S, S')
-that runs it (:func:`keep`; ``info["model_peak"]``); the program never under-prices it. It
+that runs it (:func:`keep`; ``Plan.model_peak``); the program never under-prices it. It
 over-prices where (1) a node's forward part dies whole after the last of its forward readers in
 the stage (storages of a multi-output op or of a coarse node read by different successors), (2) a
 kept part is held whole although only some of its storages are read later, (3) the prologue's
