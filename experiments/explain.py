@@ -19,8 +19,9 @@ from typing import Callable
 import pandas as pd
 
 from recompute import nets
+from recompute.memory_model import MemoryModel
 
-from .figures import DP_METHODS, METHOD_LABELS, flagged
+from .figures import DP_METHODS, EXACT_OF, MC_OF, METHOD_LABELS, flagged
 
 __all__ = ["Explanation", "Rule", "RULES", "explanations", "markdown"]
 
@@ -82,12 +83,13 @@ def _graph_text(c: Cell) -> str:
 
 
 def _mc_of(c: Cell) -> pd.Series | None:
-    return c.other(c.row["method"].replace("_tc", "_mc"), c.row["memory_model"])
+    mc = MC_OF.get(c.row["method"])
+    return None if mc is None else c.other(mc, c.row["memory_model"])
 
 
 def _tc_reaches_mc(c: Cell) -> bool:
     r, mc = c.row, _mc_of(c)
-    return (r["method"].endswith("_tc") and r["diff_points"] > 0 and mc is not None
+    return (r["diff_points"] > 0 and mc is not None
             and abs(r["peak_gb"] - mc["peak_gb"]) < 0.01 and r["paper_peak_gb"] > mc["paper_peak_gb"])
 
 
@@ -105,12 +107,12 @@ def _on_model(c: Cell, model: str) -> pd.Series | None:
 
 
 def _eq2_only(c: Cell) -> bool:
-    sim = _on_model(c, "simulator")
+    sim = _on_model(c, MemoryModel.simulator)
     return sim is not None and not pd.isna(sim["diff_points"]) and abs(sim["diff_points"]) < abs(c.row["diff_points"])
 
 
 def _eq2_text(c: Cell) -> str:
-    r, sim = c.row, _on_model(c, "simulator")
+    r, sim = c.row, _on_model(c, MemoryModel.simulator)
     return (f"eq. (2) charges every node output M_v, where PyTorch's autograd keeps less, so the plan it "
             f"prices best is not the one with the least measured peak: planned on eq. (2) the cell measures "
             f"{r['peak_gb']:.2f} GB ({_pct(r['reduction'])}), planned on the exact simulated peak "
@@ -118,30 +120,33 @@ def _eq2_text(c: Cell) -> str:
 
 
 def _exact_model_lower(c: Cell) -> bool:
-    eq2 = _on_model(c, "paper")
+    eq2 = _on_model(c, MemoryModel.paper)
     return (c.row["diff_points"] > 0 and eq2 is not None and not pd.isna(eq2["diff_points"])
             and abs(eq2["diff_points"]) < c.row["diff_points"])
 
 
 def _exact_model_text(c: Cell) -> str:
-    r, eq2 = c.row, _on_model(c, "paper")
+    r, eq2 = c.row, _on_model(c, MemoryModel.paper)
     return (f"planned on the exact simulated peak the cell measures {r['peak_gb']:.2f} GB ({_pct(r['reduction'])}); "
             f"planned on the paper's eq. (2), as the paper did, {eq2['peak_gb']:.2f} GB ({_pct(eq2['reduction'])}, "
             f"{eq2['diff_points']:+.0f} points from the paper): the exact model finds lower-set sequences whose "
             "peak eq. (2) overprices, an improvement over the paper's model rather than a reproduction error.")
 
 
+def _exact_of(c: Cell) -> pd.Series | None:
+    exact = EXACT_OF.get(c.row["method"])
+    return None if exact is None else c.other(exact, c.row["memory_model"])
+
+
 def _paper_approx_gap(c: Cell) -> bool:
-    r = c.row
-    exact = c.other(r["method"].replace("approxdp", "exactdp"), r["memory_model"])
-    return (r["method"].startswith("approxdp") and exact is not None and not pd.isna(exact["reduction"])
+    r, exact = c.row, _exact_of(c)
+    return (exact is not None and not pd.isna(exact["reduction"])
             and abs(r["paper_reduction"] - exact["paper_reduction"]) > 0.10
             and abs(r["reduction"] - exact["reduction"]) < 0.02)
 
 
 def _paper_approx_text(c: Cell) -> str:
-    r = c.row
-    exact = c.other(r["method"].replace("approxdp", "exactdp"), r["memory_model"])
+    r, exact = c.row, _exact_of(c)
     return (f"the paper's own approximate DP is {100 * abs(r['paper_reduction'] - exact['paper_reduction']):.0f} points "
             f"from its exact DP on this cell ({_pct(r['paper_reduction'])} against {_pct(exact['paper_reduction'])}), "
             f"where ours gives the same peak for both ({_pct(r['reduction'])} and {_pct(exact['reduction'])}): "

@@ -22,12 +22,13 @@ import pandas as pd
 
 from recompute import nets
 from recompute.memory_model import MemoryModel
+from recompute.plan import methods, spec
 
 from .config import GIB
 from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
 
 __all__ = [
-    "TABLE1_METHODS", "MULTI_METHODS", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
+    "TABLE1_METHODS", "EXACT_OF", "MC_OF", "multi_recompute", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
     "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "write_table1", "max_batch_table", "max_batch_markdown",
     "figure4_records", "figure4", "execute_notebook", "DP_METHODS", "MEMORY_MODELS", "FLAG_POINTS", "TABLE1_COLUMNS",
     "flagged", "provenance", "write_max_batch", "figure4_ordering", "figure4_markdown",
@@ -35,13 +36,14 @@ __all__ = [
 
 TABLE1_METHODS = ["approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc", "chen", "vanilla"]  # its column order
 DP_METHODS = ("approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc")  # the Table 1 methods with a memory model
+EXACT_OF = {"approxdp_mc": "exactdp_mc", "approxdp_tc": "exactdp_tc"}  # Table 1's approximate DP columns → the exact one
+MC_OF = {"approxdp_tc": "approxdp_mc", "exactdp_tc": "exactdp_mc"}  # its time-centric columns → the memory-centric one
 MEMORY_MODELS = (MemoryModel.paper, MemoryModel.simulator)  # the paper's eq. (2) (reproduction), the exact simulated peak (ours)
 FLAG_POINTS = 10.0  # a cell this many points of reduction from the paper's is explained (experiments.explain)
 TABLE1_COLUMNS = ["network", "method", "memory_model", "batch_size", "status", "peak_gb", "reduction", "paper_peak_gb",
                   "paper_reduction", "diff_points", "num_nodes", "paper_num_nodes", "k", "solve_seconds",
                   "predicted_peak_gb", "predicted_over_measured", "backend", "planner", "slots", "git_commit"]
-MULTI_METHODS = ("revolve", "chen_recursive", "join_dp")  # planners that recompute more than once (not in the paper)
-BEST_MULTI = "multirecompute"  # Table 1's extra row per network: the smallest measured peak of MULTI_METHODS
+BEST_MULTI = "multirecompute"  # Table 1's extra row per network: the smallest measured peak of a multi-recompute planner
 FIGURE4_METHODS = ["vanilla", "chen", "approxdp_tc", "approxdp_mc"]
 METHOD_LABELS = {
     "approxdp_mc": "ApproxDP + MC", "approxdp_tc": "ApproxDP + TC", "exactdp_mc": "ExactDP + MC",
@@ -50,6 +52,12 @@ METHOD_LABELS = {
 # Figure 4's colours: vanilla blue, ApproxDP+TC red, ApproxDP+MC orange, Chen green
 COLORS = {"vanilla": "tab:blue", "approxdp_tc": "tab:red", "approxdp_mc": "tab:orange", "chen": "tab:green"}
 PAPER_TABLE1_CSV = Path(__file__).resolve().parent / "reference" / "kusumoto2019_table1.csv"  # see its README
+
+
+def multi_recompute(planner: Any) -> bool:
+    """Whether a record's ``planner`` writes its own schedule, recomputing a value as often as it likes
+    (not in the paper; the registry says which: ``emits_schedule``)."""
+    return isinstance(planner, str) and planner in methods() and spec(planner).emits_schedule
 
 
 class NoRecords(LookupError):
@@ -119,7 +127,7 @@ def _table1_one(df: pd.DataFrame, paper: pd.DataFrame, backend: str, memory_mode
     cols = ["network", "method", "batch_size", "status", "measured_peak_bytes", "reduction", "num_nodes",
             "solve_seconds", "predicted_total_bytes", "planner", "slots", "k", "git_commit"]
     ours = ours.reindex(columns=cols)
-    multi = ours["method"].isin(MULTI_METHODS)
+    multi = ours["planner"].map(multi_recompute).astype(bool)
     best = ours[multi & (ours["status"] == "ok")].sort_values("measured_peak_bytes").drop_duplicates("network")
     ours = pd.concat([ours[~multi], best.assign(method=BEST_MULTI)])
     paper = pd.concat([paper, paper.drop_duplicates("network").assign(
@@ -140,7 +148,7 @@ def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake",
     reduction), num_nodes, paper_num_nodes, k, solve_seconds, predicted_peak_gb, predicted_over_measured,
     backend, planner, slots, git_commit (of the record). A cell without a record keeps its paper numbers
     and ``status`` = missing. Each network's :data:`BEST_MULTI` row (no paper numbers) is its successful
-    record of :data:`MULTI_METHODS` with the smallest measured peak, ``planner`` and ``slots`` saying which.
+    record of a :func:`multi_recompute` planner with the smallest measured peak, ``planner`` and ``slots`` saying which.
     """
     models = list(memory_models)
     parts = [_table1_one(df, paper, backend, m) for m in models]
