@@ -256,14 +256,18 @@ def _split(p: Program, s: Schedule, num_fwd_outputs: int) -> tuple[fx.GraphModul
     for n in gm.graph.find_nodes(op="placeholder"):
         if n.name not in joint.tangents:
             fenv[(n.name, 0)] = _placeholder(fwd, n.name, n)
+    # constants the model makes in its forward: each module reads them from the joint module's attributes
+    constants = {(n.name, 0): n for n in gm.graph.find_nodes(op="get_attr")}
+    fenv.update({r: _constant(fwd, n) for r, n in constants.items()})
     for i in range(s.backward_start):
         fenv[s.steps[i]] = _copy(fwd, joint.node(s.steps[i][0]), s.reads[i], fenv)
     bw_reads = {i: _backward_reads(joint, s, i) for i in range(s.backward_start, len(s))}
     wanted = [r for reads in bw_reads.values() for r in reads]
     wanted += [(o.name, 0) for o in bw_outs if isinstance(o, fx.Node)]
-    saved = [r for r in dict.fromkeys(wanted) if r in fenv]
+    saved = [r for r in dict.fromkeys(wanted) if r in fenv and r not in constants]
     fwd.output((*(_out(o, fenv) for o in fw_outs), *(fenv[r] for r in saved)))
     benv = {r: _placeholder(bwd, r[0], joint.node(r[0])) for r in saved}
+    benv.update({r: _constant(bwd, n) for r, n in constants.items()})
     for name in joint.tangents:
         benv[(name, 0)] = _placeholder(bwd, name, joint.node(name))
     for i in range(s.backward_start, len(s)):
@@ -294,6 +298,12 @@ def _backward_reads(joint: JointProgram, s: Schedule, i: int) -> tuple[Instance,
 def _placeholder(graph: fx.Graph, name: str, like: fx.Node) -> fx.Node:
     new = graph.placeholder(name)
     new.meta = dict(like.meta)  # the runtimes read shapes and dtypes off ``meta["val"]``
+    return new
+
+
+def _constant(graph: fx.Graph, like: fx.Node) -> fx.Node:
+    new = graph.get_attr(like.target)
+    new.meta = dict(like.meta)
     return new
 
 

@@ -68,6 +68,10 @@ class _Graphs:
         for n in placeholders:
             if n.name not in joint.tangents:
                 fenv[(n.name, 0)] = fwd.placeholder(n.name)
+        # constants the model makes in its forward (export lifts them into attributes of the joint
+        # module): read from the module in either graph, held like parameters
+        constants = joint.gm.graph.find_nodes(op="get_attr")
+        fenv.update({(n.name, 0): fwd.get_attr(n.target) for n in constants})
         self.forward_inputs = [n.name for n in placeholders if n.name not in joint.tangents]
         fwd_steps = range(s.backward_start)
         bwd_steps = range(s.backward_start, len(s))
@@ -112,6 +116,7 @@ class _Graphs:
             benv[(name, 0)] = bwd.placeholder(name)
         for name in joint.tangents:
             benv[(name, 0)] = bwd.placeholder(name)
+        benv.update({(n.name, 0): bwd.get_attr(n.target) for n in constants})
         self.backward_inputs = read_placeholders
         for i in bwd_steps:
             name, copy = s.steps[i]
@@ -129,7 +134,7 @@ class _Graphs:
         self.grad_targets = [*joint.param_grads.values(), *joint.input_grads.values()]
         bwd.output(tuple(benv[(g, 0)] for g in joint.gradients))
         bwd.set_codegen(_BoxedCodeGen())
-        root = torch.nn.Module()
+        root = joint.gm  # the two modules take over the constants their get_attr nodes read
         self.fwd = fx.GraphModule(root, fwd, "recompute_forward")
         self.bwd = fx.GraphModule(root, bwd, "recompute_backward")
         self.n_crossing = len(crossing)

@@ -73,3 +73,15 @@ class Tricky(nn.Module):
         z = a * b  # mul
         z += x[:, :2]  # add (in place) reading a view of the input
         return self.fc(z.flatten(1))  # linear; flatten is a view
+
+
+class LiteralConstant(nn.Module):
+    """A forward that makes a tensor from a literal: export lifts it into a constant of the joint
+    module (a ``get_attr`` node), as in torchvision's Swin."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 2), nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)) * torch.tensor([2.0, 3.0]))

@@ -23,6 +23,8 @@ from recompute.dynamo import activation_bytes
 from recompute.exactness import train_step
 from recompute.fxnodes import is_random
 
+from .models import LiteralConstant
+
 STEPS = 2
 
 
@@ -149,3 +151,12 @@ def test_inductor_runtime_trains_dropout_batchnorm_net_like_eager():
         backend = _assert_trains_like_eager("dropout", bitwise=False, method="approxdp", strategy="mc",
                                             runtime="inductor")
     assert backend.partitions[-1].plan.recomputed()
+
+
+def test_constants_the_forward_makes_reach_both_modules():
+    torch.manual_seed(0)
+    model, x = LiteralConstant(), torch.randn(3, 4)
+    plain, compiled = copy.deepcopy(model), copy.deepcopy(model)
+    ref = _train(plain, plain, x)
+    got = _train(compiled, torch.compile(compiled, backend=recompute.backend("chen")), x)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(ref, got) for k in a)

@@ -11,11 +11,12 @@ from torch.utils.checkpoint import checkpoint
 
 import recompute
 from recompute import lowerset, nets
+from recompute.exactness import compare
 from recompute.measure import MemoryMeter
 from recompute.plan import Plan
 
 from .exactness import check_plan, check_plans, train_step
-from .models import RandomDAGNet, Tricky
+from .models import LiteralConstant, RandomDAGNet, Tricky
 
 # (method, strategy, memory model): every planner, the DPs under both memory models
 METHODS = [("vanilla", None, None), ("chen", None, None), ("chen_greedy", None, None)] + [
@@ -186,3 +187,11 @@ def test_every_dp_plan_below_vanilla_at_paper_scale(name):
             plan = recompute.plan(graph, method, strategy=strategy, memory_model="liveness")
             got = recompute.measure(model, inputs, runner=recompute.execute(graph, plan), backend="fake")
             assert got.peak_bytes < vanilla, (method, strategy)
+
+
+
+@pytest.mark.parametrize("method", ["chen", "approxdp"])
+def test_constants_the_forward_makes_are_read_by_both_halves(method):
+    torch.manual_seed(0)
+    model, x = LiteralConstant(), torch.randn(3, 4, requires_grad=True)
+    assert compare(model, recompute.optimize(model, (x,), method=method), (x,)).bitwise
