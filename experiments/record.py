@@ -12,6 +12,9 @@ Schema versions (``schema_version``):
 * 2 — every field of :class:`RunRecord`, always present.
 * 3 — adds ``exactness`` (how the method's step compares with plain training) and the status
   ``unsupported``; a version-2 record loads with ``exactness=None``.
+* 4 — adds every timed step (``iteration_seconds``, ``vanilla_iteration_seconds``).
+* 5 — adds ``kernel_seconds``: the planner's compiled kernels loaded before the timed solve, so
+  ``solve_seconds`` no longer holds numba's once-per-process load; older records load with ``None``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ if TYPE_CHECKING:  # the record only reads these; importing recompute here would
 
 __all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class Status(StrEnum):
@@ -111,6 +114,7 @@ class RunRecord:
     predicted_overhead: int | None = None
     overhead_fraction: float | None = None
     solve_seconds: float | None = None
+    kernel_seconds: float | None = None  # loading the planner's compiled kernels before the solve (schema 5)
     # the method on the memory backend
     measured_peak_bytes: int | None = None
     measured_activation_bytes: int | None = None

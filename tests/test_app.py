@@ -250,6 +250,7 @@ def test_record_fields(tmp_path):
     assert rec.measured_peak_bytes > rec.param_bytes > 0
     assert rec.reduction == pytest.approx(1 - rec.measured_peak_bytes / rec.vanilla_peak_bytes)
     assert 0 <= rec.overhead_fraction <= 1
+    assert rec.solve_seconds > 0 and rec.kernel_seconds > 0  # the kernels' load is apart from the solve
     assert rec.seconds_per_iter > 0 and rec.vanilla_seconds_per_iter > 0
     assert rec.time_overhead == pytest.approx(rec.seconds_per_iter / rec.vanilla_seconds_per_iter - 1)
     assert json.loads(json.dumps(rec.to_dict())) == rec.to_dict()  # the record is plain JSON
