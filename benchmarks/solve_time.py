@@ -2,24 +2,32 @@
 
     python -m benchmarks.solve_time            # print the table
     python -m benchmarks.solve_time --write    # and update docs/benchmarks.md
+    python -m benchmarks.solve_time --app --write   # the app's records: one `python run.py` per cell
 
 Each time includes the smallest-budget search (``budget=None``) and is the best of ``--repeats`` runs
-in one process, after a warm-up call that compiles the numba kernels (their cache is on disk, so a
-later process only loads them).
+in one process, after :func:`recompute.kernels.load` (the numba kernels compiled, or loaded from their
+cache on disk). Repeats after the first find the lower-set family built (it is kept on the graph), so
+these are the DP's own times; ``--app`` gives what a user's run records: a fresh process per network ×
+method on the ``fake`` backend, its ``solve_seconds`` (a first solve on that graph) beside
+``kernel_seconds`` (numba's once-per-process load, done before the solve is timed).
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import tempfile
 
 from tqdm import tqdm
 
 import recompute
-from recompute import nets
+from experiments import results
+from recompute import kernels, nets
 from recompute.memory_model import PLANNING, MemoryModel
 from recompute.planners.dp import TooManyLowerSets, all_lower_sets
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, markdown_table, write_section
 
 METHODS = [("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"), ("exactdp", "tc"),
            ("exactdp", "mc")]
@@ -34,9 +42,7 @@ def best_time(graph: recompute.Graph, method: str, strategy: str | None, model: 
 
 
 def run(net_names: list[str], model: str, repeats: int) -> list[list[object]]:
-    small = recompute.trace(*nets.build("resblock"))
-    for method, strategy in METHODS:  # compile (or load) the numba kernels before timing
-        recompute.plan(small, method, strategy=strategy)
+    kernels.load({m for m, _ in METHODS})
     rows = []
     for name in tqdm(net_names, desc="solve time", leave=False):
         model_, inputs = nets.build(name, fake_inputs=True)
@@ -55,13 +61,41 @@ def run(net_names: list[str], model: str, repeats: int) -> list[list[object]]:
     return rows
 
 
+APP_METHODS = ("approxdp_tc", "approxdp_mc")  # method configs (conf/method/) whose records are tabulated
+
+
+def app_rows(net_names: list[str], methods: tuple[str, ...] = APP_METHODS) -> list[list[object]]:
+    """One ``python run.py net=<net> method=<m> device=fake`` per cell, in its own process and results
+    store; the records' ``solve_seconds`` and ``kernel_seconds``."""
+    rows = []
+    with tempfile.TemporaryDirectory() as store:
+        for name in tqdm(net_names, desc="app runs", leave=False):
+            row: list[object] = [name]
+            for method in methods:
+                subprocess.run([sys.executable, "run.py", f"net={name}", f"method={method}", "device=fake", "logger=none",
+                                "iterations=1", "warmup=0", f"results_dir={store}", f"hydra.run.dir={store}/hydra",
+                                "hydra.output_subdir=null"], cwd=REPO, check=True, capture_output=True)
+                rec = results.load(store).query("net == @name and method == @method").iloc[-1]
+                row.append(f"{rec.solve_seconds:.2f} (+{rec.kernel_seconds:.2f})")
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
     parser.add_argument("--memory-model", default=MemoryModel.paper, choices=PLANNING, type=MemoryModel)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--app", action="store_true", help="the app's records (simulator, a fresh process per cell)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    if args.app:
+        table = markdown_table(["network", *(f"{m} solve s (+kernel load s)" for m in APP_METHODS)], app_rows(args.nets))
+        print(table)
+        if args.write:
+            write_section(REPO / "docs" / "benchmarks.md", "solve-time-app", f"`python -m benchmarks.solve_time --app --write` "
+                          f"at commit {head_commit()}\n\n{table}")
+        return
     headers = ["network", "#V", "#lower sets"] + [f"{m}{'-' + s if s else ''} s" for m, s in METHODS]
     table = markdown_table(headers, run(args.nets, args.memory_model, args.repeats))
     print(table)
