@@ -25,6 +25,7 @@ import platform
 import resource
 import signal
 import sys
+import textwrap
 import time
 import warnings
 import itertools
@@ -307,7 +308,8 @@ class Outcome:
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:160].replace("|", "/")
+    # at a word, marked: a reason cut mid-word read as a different one
+    return textwrap.shorten(f"{type(e).__name__}: {text[0] if text else ''}", 200, placeholder=" …").replace("|", "/")
 
 
 class _Timeout(BaseException):
