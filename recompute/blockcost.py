@@ -171,7 +171,7 @@ class BlockCosts:
         st_held = np.zeros(len(size), bool)
         for v, members in enumerate(p.members):
             for node in members:
-                if held(node, p):
+                if held(node, joint):
                     st_held[st.of(node)] = True
         st_held &= ~st_out
         cache = np.zeros(n, np.int64)

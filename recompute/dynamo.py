@@ -49,7 +49,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .fxnodes import output_tensors, runs_once
+from .fxnodes import is_random, output_tensors
 from .graph import Graph
 from .joint import JointProgram
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
@@ -116,7 +116,7 @@ class Backend:
                   **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
         """AOTAutograd's ``partition_fn``: the forward and backward modules of our plan."""
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
-        g = graph_of(joint, fuse_decompositions=True, cost_model=self.cost_model)
+        g = graph_of(joint, cost_model=self.cost_model)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
         s = _kept_from_forward(g.program, p.runs(g))
         fw, bw, saved = _split(g.program, s, num_fwd_outputs)
@@ -220,11 +220,18 @@ def _joint_program(gm: fx.GraphModule, num_fwd_outputs: int, static: set[int]) -
     )
 
 
+def _once(node: fx.Node) -> bool:
+    """Whether ``node`` must run once per step: it draws random numbers, or it writes into its input
+    (inductor's graphs write BatchNorm's statistics into the buffers with ``copy_``)."""
+    target = node.target
+    return is_random(node) or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
+
+
 def _kept_from_forward(p: Program, s: Schedule) -> Schedule:
     """``s`` without recomputations of random ops (and of writes into inputs): the members of such a
     node of V are read from the forward pass instead (their values are saved), so every mask is drawn
     once, by the forward pass, as in eager training."""
-    once = {m.name for nodes in p.members if any(runs_once(m) for m in nodes) for m in nodes}
+    once = {m.name for nodes in p.members if any(_once(m) for m in nodes) for m in nodes}
 
     def kept(inst: Instance) -> Instance:
         return (inst[0], 0) if inst[0] in once else inst

@@ -36,16 +36,12 @@ __all__ = ["Instance", "Schedule", "Writer", "canonical", "forward_order", "rng_
 Instance = tuple[str, int]
 
 
-def held(node: fx.Node, p: "Program") -> bool:
+def held(node: fx.Node, joint: "JointProgram") -> bool:
     """Whether the canonical schedule holds this member of a cached node until its block's backward:
-    every member but BatchNorm's new statistics (held to the end of the step anyway), a multi-output
-    op as a whole (its elements are held through their ``getitem``s, so an element nothing reads is
-    not kept) and an intermediate that only its own node's forward reads (of a decomposed op fused
-    into one node: ``graph_of(..., fuse_decompositions=True)``)."""
-    if node.name in p.joint.buffer_writes:
-        return False
-    own = p.group.get(node.name)
-    if node.users and all(p.group.get(u.name, -1) == own for u in node.users):
+    every member but BatchNorm's new statistics (held to the end of the step anyway) and a
+    multi-output op as a whole (its elements are held through their ``getitem``s, so an element
+    nothing reads is not kept)."""
+    if node.name in joint.buffer_writes:
         return False
     return is_alias(node) or len(output_tensors(node.meta.get("val"))) <= 1
 
@@ -174,7 +170,7 @@ def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
             cached = blocks[i - 1] - fresh
             # (a block without steps releases where the block above ended)
             release.setdefault(len(steps) - 1, []).extend(
-                (n.name, 0) for v in cached for n in p.members[v] if held(n, p))
+                (n.name, 0) for v in cached for n in p.members[v] if held(n, joint))
     # the prologue's values (computed from parameters and buffers alone) and BatchNorm's new statistics
     # (which BatchNorm's backward reads) are held to the end: a few bytes, and then no block's memory
     # depends on the blocks where their readers ran

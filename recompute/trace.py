@@ -30,7 +30,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import costs
-from .fxnodes import is_random, output_tensors, runs_once
+from .fxnodes import is_random, output_tensors
 from .joint import JointProgram, StepError, trace_step
 from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
@@ -230,15 +230,11 @@ def trace(
     return g
 
 
-def graph_of(joint: JointProgram, *, loss: bool = False, fuse_decompositions: bool = False, cost_model: str = "paper",
-             **cost_options: Any) -> Graph:  # fmt: skip
+def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "paper", **cost_options: Any) -> Graph:
     """G = (V, E) with costs of a joint graph: its forward half condensed into V (see the module
     docstring). :func:`trace` builds it from ``aot_export_module``'s joint graph; the
-    ``torch.compile`` backend (:mod:`recompute.dynamo`) from the one AOTAutograd partitions, which
-    inductor has decomposed: with ``fuse_decompositions`` the forward ops of one autograd op (one
-    ``seq_nr``: BatchNorm's twenty-odd pointwise ops) are one node of V, as on a traced graph — the
-    grain at which its backward reads the forward, so the simulator's block costs hold."""
-    program = _condense(joint, loss=loss, fuse=fuse_decompositions)
+    ``torch.compile`` backend (:mod:`recompute.dynamo`) from the one AOTAutograd partitions."""
+    program = _condense(joint, loss=loss)
     preds, mem, names, ops = _graph_lists(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)
@@ -265,11 +261,10 @@ def _tied_parameters(model: torch.nn.Module) -> list[str]:
     return tied
 
 
-def _condense(joint: JointProgram, loss: bool, fuse: bool = False) -> Program:
+def _condense(joint: JointProgram, loss: bool) -> Program:
     group: dict[str, int] = {}
     members: list[list[fx.Node]] = []
     prologue: list[fx.Node] = []
-    by_seq: dict[int, int] = {}  # with ``fuse``: seq_nr → the node of V of its first op
     live = set(joint.user_inputs)  # fx nodes that depend on a user input
     for node in joint.forward:
         inputs = [a.name for a in node.all_input_nodes]
@@ -287,15 +282,6 @@ def _condense(joint: JointProgram, loss: bool, fuse: bool = False) -> Program:
             else:  # an alias of an input (inputs are not in V): computed up front, costs nothing
                 prologue.append(node)
             continue
-        seq = node.meta.get("seq_nr")
-        if fuse and seq is not None:
-            v = by_seq.setdefault(seq, len(members))
-            # joins the node of its autograd op where that keeps V topologically numbered (acyclic);
-            # a write into a buffer stays apart, so that BatchNorm's own ops stay recomputable
-            if v < len(members) and not runs_once(node) and all(group.get(a, -1) <= v for a in inputs):
-                group[node.name] = v
-                members[v].append(node)
-                continue
         group[node.name] = len(members)
         members.append([node])
     owner: dict[str, int] = {}

@@ -11,7 +11,6 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 import recompute
 from recompute import nets
-from recompute.blockcost import BlockCosts
 from recompute.measure import MemoryMeter
 from recompute.partitions import capture, our_partition, torch_partition
 from recompute.simulate import simulate_partition
@@ -61,16 +60,6 @@ def test_our_partition_priced_equals_measured_step():
     assert abs(simulated - measured) <= 0.02 * measured
     fw, bw, _ = our_partition(c, "approxdp", strategy="tc")
     assert simulate_partition(fw, bw).peak == simulated
-
-
-def test_decomposed_ops_are_one_node_so_block_costs_hold():
-    """Inductor decomposes BatchNorm into some twenty pointwise ops; condensed one node per autograd
-    op, the graph keeps the grain at which backward reads the forward and the DP prices blocks with
-    the simulator's block costs (op by op, they did not build and the DP fell back to liveness)."""
-    model, inputs = nets.build("resblock", batch_size=2, input_size=16, seed=0)
-    c = capture(model, inputs)
-    part = our_partition(c, "approxdp", strategy="tc")[2]
-    assert BlockCosts.build(part.graph) is not None
 
 
 def test_time_model_sum_is_the_per_op_costs():
