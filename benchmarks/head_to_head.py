@@ -1,6 +1,6 @@
 """PyTorch's min-cut partitioner against ours at the paper's batch and input size: peak against step time.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.head_to_head            # print the tables
+    OMP_NUM_THREADS=1 python -m benchmarks.head_to_head            # print the tables (two networks at a time)
     OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write    # and docs/benchmarks.md, paper_figures/pareto_<net>.{png,json}
 
 Per network, the training step (model, then :func:`recompute.measure.default_loss`) is compiled once
@@ -9,9 +9,11 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
 
 * PyTorch: ``min_cut_rematerialization_partition`` over ``activation_memory_budget`` ∈ :data:`BUDGETS`
   × every ``activation_memory_budget_solver`` torch ships (:data:`recompute.partitions.SOLVERS`);
-* ours: ``recompute.backend(...)``'s partition for vanilla, and the DPs (TC and MC) from their smallest
-  feasible simulated peak towards vanilla's over ``--budgets`` budgets, planned with the ``flops``
-  cost model and the ``simulator`` memory model (:data:`PLANNING`).
+* ours: ``recompute.backend(...)``'s partition for vanilla, the time-centric DP from its smallest
+  feasible simulated peak towards vanilla's over ``--budgets`` budgets and the memory-centric DP at
+  its smallest, planned with the ``flops`` cost model and the ``simulator`` memory model
+  (:data:`PLANNING`); each as planned and with cheap ops recomputed in the backward where that keeps
+  fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`).
 
 Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.simulate.simulate_partition`
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
@@ -24,18 +26,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Sequence
 
 import torch
 
 from recompute import nets
-from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, price, torch_partition
+from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, price, torch_partition, with_remat
 from recompute.plan import InfeasibleBudget
 from recompute.timing import BatchExtrapolation, TimeModel, module_calls
 
@@ -43,6 +47,7 @@ from .common import REPO, head_commit, markdown_table, write_section
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
+REMAT_WEIGHTS = (None, 0.0, 0.25)  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
 # our planners minimise the simulator's peak of the schedule that runs, at FLOP-counted costs
 PLANNING = {"cost_model": "flops", "memory_model": "simulator"}
@@ -106,18 +111,22 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         points.append(Point(name, batch, size, method, knob, family, priced.peak, priced.seconds, priced.saved_bytes))
         print(f"{name} {method} {knob}: {priced.peak / GIB:.3f} GiB, {priced.seconds:.2f} s", flush=True)
 
-    vanilla_fw, vanilla_bw, vanilla = our_partition(c, "vanilla", strategy=None, **PLANNING)
-    add("vanilla", "", "ours", vanilla_fw, vanilla_bw)
-    for strategy in ("tc", "mc"):
-        fw, bw, first = our_partition(c, "approxdp", strategy=strategy, **PLANNING)
-        add(f"approxdp_{strategy}", "budget min", "ours", fw, bw)
-        for j in range(1, budgets):
-            budget = first.peak + (vanilla.peak - first.peak) * j // budgets
-            try:
-                fw, bw, _ = our_partition(c, "approxdp", strategy=strategy, budget=budget, **PLANNING)
-            except InfeasibleBudget:
-                continue
-            add(f"approxdp_{strategy}", f"budget {budget / vanilla.peak:.2f} of vanilla", "ours", fw, bw)
+    _, _, vanilla = our_partition(c, "vanilla", strategy=None, **PLANNING)
+    first = our_partition(c, "approxdp", strategy="tc", **PLANNING)[2]
+    grid = [first.peak + (vanilla.peak - first.peak) * j // budgets for j in range(1, budgets)]
+    # the memory-centric DP's plan does not change with the budget: its smallest peak only
+    planned = [("vanilla", "", vanilla), ("approxdp_tc", "budget min", first)]
+    for budget in grid:
+        try:
+            planned.append(("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla",
+                            our_partition(c, "approxdp", strategy="tc", budget=budget, **PLANNING)[2]))
+        except InfeasibleBudget:
+            continue
+    planned.append(("approxdp_mc", "budget min", our_partition(c, "approxdp", strategy="mc", **PLANNING)[2]))
+    for weight in REMAT_WEIGHTS:
+        for method, knob, part in planned:
+            q = part if weight is None else with_remat(c, part, weight)
+            add(method if weight is None else f"{method}+remat {weight:g}", knob, "ours", q.forward, q.backward)
     for solver in solvers:
         for b in torch_budgets:
             fw, bw = torch_partition(c, b, solver)
@@ -234,27 +243,35 @@ def report(done: dict[str, list[Point]], header: str) -> str:
     return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
 
 
+def _net_points(name: str, budgets: int, repeats: int) -> list[Point]:
+    """One network's points in a process of its own (one thread: the op timings assume it)."""
+    torch.set_num_threads(1)
+    return run_net(name, budgets, TimeModel(repeats=repeats, clock="thread"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
-    parser.add_argument("--budgets", type=int, default=4, help="budgets per DP strategy, the smallest feasible first")
+    parser.add_argument("--budgets", type=int, default=4, help="budgets of the time-centric DP, the smallest feasible first")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per op key")
+    parser.add_argument("--jobs", type=int, default=2, help="networks run at once, one process and one thread each")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/pareto_<net>.*")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    model_t = TimeModel(repeats=args.repeats, clock="thread")
     commit = head_commit()
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     start = time.perf_counter()
-    for name in args.nets:
-        done[name] = run_net(name, args.budgets, model_t)
-        header = (f"`OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write` (commit {commit}, {date.today()}, "
-                  f"{time.perf_counter() - start:.0f} s so far)")
-        print(net_table(done[name]), flush=True)
-        if args.write:
-            save(done[name])
-            figure(done[name], FIGURES / f"pareto_{name}.png")
-            write_section(REPO / "docs" / "benchmarks.md", "head-to-head", report(done, header))
+    command = f"OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        running = {pool.submit(_net_points, name, args.budgets, args.repeats): name for name in args.nets}
+        for future in as_completed(running):
+            name = running[future]
+            done[name] = future.result()
+            header = f"`{command}` (commit {commit}, {date.today()}, {time.perf_counter() - start:.0f} s so far)"
+            print(net_table(done[name]), flush=True)
+            if args.write:
+                save(done[name])
+                figure(done[name], FIGURES / f"pareto_{name}.png")
+                write_section(REPO / "docs" / "benchmarks.md", "head-to-head", report(done, header))
     print(report(done, ""))
 
 

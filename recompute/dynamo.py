@@ -17,6 +17,9 @@ backward module. Ours decides what is saved and what is recomputed:
    returns, after the graph's outputs, exactly the values the backward phase reads (the cached
    boundaries ∂(L_i), and the inputs and parameters backward ops read); the backward module, for
    i = k, …, 1, recomputes V_i \\ ∂(L_i) right before the backward ops of V_i.
+4. with ``remat`` (a weight, :func:`backend`), cheap ops — BatchNorm's normalisation, ReLU, a
+   concatenation — are recomputed in the backward from what it keeps where that keeps fewer bytes
+   (:mod:`recompute.remat`, a minimum cut over the schedule's saved values).
 
 ``runtime="eager"`` runs both modules op by op (generated fx code that drops each value after its
 last use, like ``aot_eager``); ``runtime="inductor"`` lets inductor compile them (our partition then
@@ -49,16 +52,17 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .fxnodes import is_random, output_tensors
+from .fxnodes import output_tensors, runs_once
 from .graph import Graph
 from .joint import JointProgram
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
+from .remat import rematerialize
 from .schedule import Instance, Schedule
 from .simulate import simulate
 from .trace import Program, graph_of
 from .validate import check_budget, check_cost_model
 
-__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes"]
+__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of"]
 
 RUNTIMES = ("eager", "inductor")
 
@@ -93,15 +97,15 @@ class Backend:
     lists what it did with each joint graph it split, most recent last."""
 
     def __init__(self, method: str, strategy: str | None, budget: int | None, runtime: str, cost_model: str,
-                 plan_options: dict[str, Any]):
+                 remat: float | None, plan_options: dict[str, Any]):
         self.method, self.strategy, self.budget, self.runtime = method, strategy, budget, runtime
-        self.cost_model, self.plan_options = cost_model, plan_options
+        self.cost_model, self.remat, self.plan_options = cost_model, remat, plan_options
         self.partitions: list[Partition] = []
 
     def __repr__(self) -> str:  # dynamo names the backend by it in its errors
         options = "".join(f", {k}={v!r}" for k, v in self.plan_options.items())
         return (f"recompute.backend({self.method!r}, strategy={self.strategy!r}, budget={self.budget!r}, "
-                f"runtime={self.runtime!r}, cost_model={self.cost_model!r}{options})")
+                f"runtime={self.runtime!r}, cost_model={self.cost_model!r}, remat={self.remat!r}{options})")
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if self.runtime == "eager":
@@ -118,12 +122,25 @@ class Backend:
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         g = graph_of(joint, cost_model=self.cost_model)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-        s = _kept_from_forward(g.program, p.runs(g))
-        fw, bw, saved = _split(g.program, s, num_fwd_outputs)
-        self.partitions.append(Partition(graph=g, plan=p, schedule=s, saved=saved,
-                                         saved_bytes=activation_bytes([joint.node(n) for n in saved]),
-                                         peak=simulate(g.program, s).peak, forward=fw, backward=bw))
-        return fw, bw
+        part = partition_of(g, p, num_fwd_outputs, self.remat)
+        self.partitions.append(part)
+        return part.forward, part.backward
+
+
+def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None) -> Partition:
+    """The forward and backward modules of plan ``p`` on the joint graph of ``g`` (random ops kept
+    from the forward; with ``remat``, cheap ops recomputed where that keeps fewer bytes and the
+    simulated peak does not rise, so that a budget still bounds it)."""
+    s = _kept_from_forward(g.program, p.runs(g))
+    peak = simulate(g.program, s).peak
+    if remat is not None:
+        cheaper = rematerialize(g.program, s, weight=remat)
+        if cheaper is not s and (cheaper_peak := simulate(g.program, cheaper).peak) <= peak:
+            s, peak = cheaper, cheaper_peak
+    fw, bw, saved = _split(g.program, s, num_fwd_outputs)
+    joint = g.program.joint
+    return Partition(graph=g, plan=p, schedule=s, saved=saved, saved_bytes=activation_bytes([joint.node(n) for n in saved]),
+                     peak=peak, forward=fw, backward=bw)
 
 
 class _Inductor(CustomPartitionerFn):
@@ -220,18 +237,11 @@ def _joint_program(gm: fx.GraphModule, num_fwd_outputs: int, static: set[int]) -
     )
 
 
-def _once(node: fx.Node) -> bool:
-    """Whether ``node`` must run once per step: it draws random numbers, or it writes into its input
-    (inductor's graphs write BatchNorm's statistics into the buffers with ``copy_``)."""
-    target = node.target
-    return is_random(node) or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
-
-
 def _kept_from_forward(p: Program, s: Schedule) -> Schedule:
     """``s`` without recomputations of random ops (and of writes into inputs): the members of such a
     node of V are read from the forward pass instead (their values are saved), so every mask is drawn
     once, by the forward pass, as in eager training."""
-    once = {m.name for nodes in p.members if any(_once(m) for m in nodes) for m in nodes}
+    once = {m.name for nodes in p.members if any(runs_once(m) for m in nodes) for m in nodes}
 
     def kept(inst: Instance) -> Instance:
         return (inst[0], 0) if inst[0] in once else inst
@@ -331,6 +341,7 @@ def backend(
     budget: int | None = None,
     runtime: str = "eager",
     cost_model: str = "paper",
+    remat: float | None = None,
     **plan_options: Any,
 ) -> Backend:
     """A ``torch.compile`` backend that trains with the plan of ``method`` (see the module docstring).
@@ -338,12 +349,16 @@ def backend(
     The arguments are :func:`recompute.optimize`'s: ``budget`` in bytes bounds the simulated peak of
     each compiled graph (None: the smallest feasible); ``strategy`` and ``plan_options`` are the
     planner's, its own defaults where not given. ``runtime`` is ``"eager"`` (op by op, no compiler
-    needed) or ``"inductor"``. Checked here, so that a bad option fails before compiling; planning
+    needed) or ``"inductor"``. ``remat`` (a weight w ≥ 0; None: off) also recomputes cheap ops
+    (pointwise, views, concatenations) in the backward where that keeps more than w bytes per byte
+    recomputed (:func:`recompute.remat.rematerialize`), if the schedule's simulated peak does not rise. Checked here, so that a bad option fails before compiling; planning
     happens when dynamo compiles.
     """
     check_budget(budget)
     check_cost_model(cost_model)
+    if remat is not None and not (isinstance(remat, (int, float)) and not isinstance(remat, bool) and remat >= 0):
+        raise ValueError(f"remat must be None (off) or a weight ≥ 0 (0: recompute wherever it keeps fewer bytes), got {remat!r}")
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)
-    return Backend(method, strategy, budget, runtime, cost_model, plan_options)
+    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options)

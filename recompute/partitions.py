@@ -9,7 +9,8 @@ paper's batch costs no memory. Then any partition function runs on copies of it:
 
 * :func:`torch_partition` — ``min_cut_rematerialization_partition`` under an
   ``activation_memory_budget`` and an ``activation_memory_budget_solver`` (:data:`SOLVERS`);
-* :func:`our_partition` — :class:`recompute.dynamo.Backend`'s, i.e. ``recompute.backend(...)``.
+* :func:`our_partition` — :class:`recompute.dynamo.Backend`'s, i.e. ``recompute.backend(...)``, and
+  :func:`with_remat` the same plan with cheap ops recomputed (``remat=``).
 
 :func:`price` gives a (forward, backward) pair's peak (:func:`recompute.simulate.simulate_partition`) and predicted seconds
 (:mod:`recompute.timing`).
@@ -30,14 +31,14 @@ from torch._functorch.partitioners import default_partition, min_cut_remateriali
 from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .dynamo import Backend, Partition, backend
+from .dynamo import Backend, Partition, backend, partition_of
 from .fxnodes import output_tensors
 from .measure import default_loss
 from .plan import DEFAULT_METHOD
 from .simulate import simulate_partition
 from .timing import BatchExtrapolation, TimeModel, module_calls
 
-__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "price",
+__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "with_remat", "price",
            "saved_bytes"]
 
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")  # activation_memory_budget_solver in torch 2.14
@@ -149,6 +150,13 @@ def our_partition(c: JointCapture, method: str = DEFAULT_METHOD, **options: Any)
     with _fake_mode(c):
         fw, bw = b.partition(joint, c.joint_inputs, **c.partition_kwargs())
     return fw, bw, b.partitions[-1]
+
+
+def with_remat(c: JointCapture, part: Partition, weight: float) -> Partition:
+    """``part``'s plan split again with cheap ops recomputed at ``weight`` (``recompute.backend(...,
+    remat=weight)``'s partition, without planning again)."""
+    with _fake_mode(c):
+        return partition_of(part.graph, part.plan, c.num_fwd_outputs, weight)
 
 
 @dataclass

@@ -19,6 +19,7 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     torch._dynamo.reset()
     assert {p.family for p in points} == {"ours", "pytorch"}
     assert len([p for p in points if p.method == "min_cut"]) == 4
+    assert {f"vanilla+remat {w:g}" for w in h.REMAT_WEIGHTS if w is not None} <= {p.method for p in points}
     assert all(p.peak > 0 and p.seconds > 0 for p in points)
     h.save(points, tmp_path)
     rows = json.loads((tmp_path / "pareto_chain.json").read_text())

@@ -1,0 +1,179 @@
+"""Cheap rematerialization: a schedule keeps fewer bytes by recomputing pointwise ops in the backward.
+
+The lower sets of the DPs cut the graph between nodes of V; what a block caches is its boundary
+∂(L_i), and what the backward reads of the forward pass is kept whole. On a decomposed graph (the
+joint graph ``torch.compile`` hands a partitioner) one convolution's output is followed by a chain
+of pointwise ops — BatchNorm's normalisation, its affine map, ReLU — whose outputs the backward
+reads too: keeping the convolution's output and recomputing the chain from it costs a few
+elementwise passes and saves one tensor per op of the chain.
+
+:func:`rematerialize` chooses, for a given schedule, the set of forward values to keep that costs
+the fewest bytes, such that every forward value its backward phase reads is either kept or can be
+recomputed from kept values (and parameters, inputs, constants) by :func:`cheap` ops alone. That is
+a minimum s–t cut: each forward value u is an edge u_in → u_out whose capacity is the bytes it keeps
+alive (cutting it: keep u); a data edge a_out → u_in and an edge from the source into every op that
+must not be recomputed (a convolution, a reduction, a random op) cannot be cut; every value the
+backward reads drains into the sink. A cheap op's own edge from the source, of capacity ``weight`` ×
+the bytes it writes, is the price of recomputing it: with weight 0 recomputation is free and only
+bytes count; a weight w recomputes an op only where that saves more than w bytes per byte written. Nodes on the sink side are recomputed in the backward, right
+before the first read in each block, and dropped after their last.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence, Set
+
+import networkx as nx
+import torch
+import torch.fx as fx
+
+from .fxnodes import runs_once
+from .schedule import Instance, Schedule
+from .storage import joint_table
+
+if TYPE_CHECKING:
+    from .trace import Program
+
+__all__ = ["cheap", "cheapest_kept", "rematerialize"]
+
+# ops a partitioner may run again in the backward at the cost of one pass over their operands; the
+# last turns inductor's int8 max-pool offsets into the int64 indices max-pool's backward reads
+_CHEAP = {torch.ops.aten.cat, torch.ops.aten.clone, torch.ops.aten._to_copy, torch.ops.aten.constant_pad_nd,
+          torch.ops.prims._low_memory_max_pool_offsets_to_indices}
+
+
+def cheap(node: fx.Node) -> bool:
+    """Whether ``node`` may be recomputed in the backward at the cost of a pass over its operands: a
+    view or a pointwise op (or a concatenation, a copy, a padding, max-pool's indices) of one tensor output that neither
+    draws random numbers nor writes into its inputs."""
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+        return False
+    if runs_once(node) or not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    return t.is_view or torch.Tag.pointwise in t.tags or t.overloadpacket in _CHEAP
+
+
+def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
+    """``s`` with the forward values its backward phase reads replaced, where that keeps fewer bytes,
+    by recomputations of :func:`cheap` ops (see the module docstring). Each recomputation reads what
+    its forward step read, recomputed in turn where that was; a forward op that then has no reader
+    left in the step (max-pool's indices, which only its backward reads) no longer runs in the forward
+    phase: it is moved, not repeated. ``weight`` prices a recomputation in kept bytes per byte it
+    writes: 0 recomputes wherever that keeps fewer bytes, a larger weight only where it keeps many."""
+    forward = {s.steps[i][0]: i for i in range(s.backward_start)}
+    needed = list(dict.fromkeys(r[0] for reads in s.reads[s.backward_start:] for r in reads
+                                if r[1] == 0 and r[0] in forward))
+    again = _recomputed(p, s, forward, set(needed), weight)
+    if not again:
+        return s
+    steps, reads = list(s.steps[:s.backward_start]), list(s.reads[:s.backward_start])
+    block = list(s.block[:s.backward_start]) if s.block else [0] * s.backward_start
+    latest: dict[str, int] = {}  # the highest copy of each op in s
+    for name, copy in s.steps:
+        latest[name] = max(latest.get(name, 0), copy)
+    here: dict[str, Instance] = {}  # recomputed in the current block
+    current = None
+
+    def ensure(name: str, blk: int) -> Instance:
+        if name in here:
+            return here[name]
+        fwd = forward[name]
+        step_reads = tuple(ensure(r[0], blk) if r[0] in again and r[1] == 0 else r for r in s.reads[fwd])
+        latest[name] += 1
+        inst = (name, latest[name])
+        steps.append(inst)
+        reads.append(step_reads)
+        block.append(blk)
+        here[name] = inst
+        return inst
+
+    for i in range(s.backward_start, len(s)):
+        blk = s.block[i] if s.block else 0
+        if blk != current:
+            current, here = blk, {}
+        step_reads = tuple(ensure(r[0], blk) if r[1] == 0 and r[0] in again else r for r in s.reads[i])
+        steps.append(s.steps[i])
+        reads.append(step_reads)
+        block.append(blk)
+    return _without_dead_forward(p, Schedule(steps=steps, reads=reads, backward_start=s.backward_start, block=block))
+
+
+def _without_dead_forward(p: "Program", s: Schedule) -> Schedule:
+    """``s`` without the forward steps whose value no step reads, the step returns or whose effect
+    (a random draw, a write into an input) must happen. Values die after their last read (the split
+    drops them there, as the modules that run do), so the schedule has no release points."""
+    joint = p.joint
+    output = joint.gm.graph.find_nodes(op="output")[0]
+    returned = {x.name for x in output.all_input_nodes}
+    read: set[Instance] = set()
+    keep = [True] * len(s)
+    for i in range(len(s) - 1, -1, -1):
+        name, copy = s.steps[i]
+        node = joint.node(name)
+        if i < s.backward_start and (name, copy) not in read and name not in returned \
+                and node.op == "call_function" and not runs_once(node):
+            keep[i] = False
+            continue
+        read.update(s.reads[i])
+    idx = [i for i in range(len(s)) if keep[i]]
+    return Schedule(steps=[s.steps[i] for i in idx], reads=[s.reads[i] for i in idx],
+                    backward_start=sum(keep[:s.backward_start]), block=[s.block[i] for i in idx])
+
+
+def cheapest_kept(size: Mapping[str, int], inputs: Mapping[str, Sequence[str]], recomputable: Mapping[str, float],
+                  needed: Set[str]) -> tuple[set[str], set[str]]:
+    """The values to keep and the values to recompute, at the least cost, so that every value in
+    ``needed`` is kept or recomputed, and every recomputed value is ``recomputable`` and reads only kept
+    or recomputed values (see the module docstring: a minimum s–t cut). ``size`` names every value (a
+    value absent from it, such as a parameter, is always at hand) and what keeping it costs;
+    ``recomputable`` what recomputing each such value costs (in the same unit); ``inputs`` what each
+    reads."""
+    flow = nx.DiGraph()
+    flow.add_nodes_from(["source", "sink"])
+    for name, nbytes in size.items():
+        flow.add_edge((name, "in"), (name, "out"), capacity=nbytes)
+        if name not in recomputable:
+            flow.add_edge("source", (name, "in"))
+        elif recomputable[name] > 0:
+            flow.add_edge("source", (name, "in"), capacity=recomputable[name])
+        for a in inputs.get(name, ()):
+            if a in size:
+                flow.add_edge((a, "out"), (name, "in"))
+    for name in needed:
+        flow.add_edge((name, "out"), "sink")
+    _, (source_side, sink_side) = nx.minimum_cut(flow, "source", "sink")
+    kept = {name for name in size if (name, "in") in source_side and (name, "out") in sink_side}
+    return kept, {name for name in size if (name, "in") in sink_side}
+
+
+def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], needed: set[str], weight: float) -> set[str]:
+    """The forward values of ``s`` the minimum cut recomputes; a value costs the bytes of the storages
+    a read of it keeps alive (the parameters' and the inputs' not counted), a recomputation ``weight``
+    × the bytes it writes, except where the forward phase computes the value only for the backward:
+    then it is moved, which costs nothing."""
+    joint = p.joint
+    table = joint_table(joint)
+    written = set(joint.buffer_writes.values())
+    given = {st for x in joint.gm.graph.nodes if x.op in ("placeholder", "get_attr") for st in table.made.get(x, ())}
+    size: dict[str, int] = {}
+    for name in forward:
+        kept = sum(int(table.size[st]) for st in table.of.get(joint.node(name), ()) if st not in given)
+        # a tie between keeping a value the backward reads and keeping what it is computed from: keep the former
+        size[name] = kept + (name not in needed)
+    inputs = {name: [r[0] for r in s.reads[i]] for name, i in forward.items()}
+    # an op that reads a buffer the step writes is not recomputed: it would read the new value
+    output = joint.gm.graph.find_nodes(op="output")[0]
+    used = {x.name for x in output.all_input_nodes}  # read after the forward phase by the caller
+    for name in reversed(forward):  # forward is in step order: readers come later
+        if name in used or runs_once(joint.node(name)):
+            used.update(inputs[name])
+    recomputable = {name: weight * _written(joint.node(name)) * (name in used) for name in forward
+                    if cheap(joint.node(name)) and not written.intersection(inputs[name])}
+    return cheapest_kept(size, inputs, recomputable, needed)[1]
+
+
+def _written(node: fx.Node) -> int:
+    """Bytes an op writes: its output's (a view writes nothing)."""
+    val = node.meta["val"]
+    return 0 if node.target.is_view else val.numel() * val.element_size()
