@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import subprocess
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from experiments.figures import paper_table1_wide
 
@@ -42,6 +44,20 @@ def write_section(path: Path, marker: str, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(new)
     tmp.replace(path)
+
+
+def write_atomic(path: Path, write: Callable[[str], Any]) -> None:
+    """``write(tmp)`` into a temporary file in ``path``'s folder, then rename it to ``path``: a stopped
+    run leaves the old file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def net_method_args(doc: str, methods: Sequence[str], default_nets: Sequence[str] | None = None) -> argparse.Namespace:

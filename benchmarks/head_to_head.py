@@ -43,7 +43,7 @@ from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, 
 from recompute.plan import InfeasibleBudget
 from recompute.timing import BatchExtrapolation, TimeModel, module_calls
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, markdown_table, write_atomic, write_section
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
@@ -56,18 +56,10 @@ GIB = 2**30
 
 
 @dataclass
-class Point:
-    """One partition of one network's step at the paper's size, priced.
-
-    Attributes:
-        family: ``ours`` or ``pytorch``.
-        method: ``min_cut`` (PyTorch's partitioner) or our planner (``vanilla``, ``approxdp_tc``…).
-        knob: PyTorch's budget and solver, or our budget in bytes (``min``: the smallest feasible).
-        peak: bytes at the step's peak, parameters, buffers and parameter gradients included.
-        seconds: predicted step time on this CPU, one thread.
-        saved_bytes: the activations the forward module keeps for backward.
-        exact: the step computes what the unpartitioned one does (same ops, random ops never recomputed).
-    """
+class Method:
+    """Which method ran where: the network at a batch and input size, the method, its knob (PyTorch's
+    budget and solver, or our budget; ``min``: the smallest feasible) and its family (``ours`` or
+    ``pytorch``)."""
 
     network: str
     batch_size: int
@@ -75,6 +67,20 @@ class Point:
     method: str
     knob: str
     family: str
+
+
+@dataclass
+class Point(Method):
+    """One partition of one network's step at the paper's size, priced.
+
+    Attributes:
+        method: ``min_cut`` (PyTorch's partitioner) or our planner (``vanilla``, ``approxdp_tc``…).
+        peak: bytes at the step's peak, parameters, buffers and parameter gradients included.
+        seconds: predicted step time on this CPU, one thread.
+        saved_bytes: the activations the forward module keeps for backward.
+        exact: the step computes what the unpartitioned one does (same ops, random ops never recomputed).
+    """
+
     peak: int
     seconds: float
     saved_bytes: int
@@ -206,27 +212,14 @@ def figure(points: list[Point], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
-
-
-def _atomic(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename: a stopped run leaves the old file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def save(points: list[Point], folder: Path = FIGURES) -> None:
     path = folder / f"pareto_{points[0].network}.json"
     text = json.dumps([asdict(p) for p in points], indent=1)
-    _atomic(path, lambda tmp: Path(tmp).write_text(text))
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def load(name: str, folder: Path = FIGURES) -> list[Point] | None:

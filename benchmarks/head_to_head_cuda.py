@@ -1,0 +1,180 @@
+"""The head-to-head on a CUDA GPU: every method's real peak and step time at the paper's batch and size.
+
+    python -m benchmarks.head_to_head_cuda            # print the tables (refuses without a CUDA GPU)
+    python -m benchmarks.head_to_head_cuda --write    # and docs/benchmarks.md, paper_figures/cuda_pareto_<net>.json
+
+:mod:`benchmarks.head_to_head` predicts peaks and times on the CPU from one captured joint graph; this
+runs the steps. Per network, on the GPU, each method trains the paper's network on random inputs at
+the paper's batch and input size under :func:`recompute.measure` (``backend="cuda"``:
+``torch.cuda.max_memory_allocated`` above what the parameters hold, synchronised wall time, median of
+``--iterations`` steps after one warm-up):
+
+* eager training (``vanilla``, the reference of the time ratios);
+* PyTorch: ``torch.compile`` (inductor) under ``activation_memory_budget`` ∈
+  :data:`benchmarks.head_to_head.BUDGETS` × every solver torch ships, ``checkpoint`` per block,
+  ``checkpoint_sequential`` (2, √n, 8 segments) and selective activation checkpointing;
+* ours: ``torch.compile(backend=recompute.backend(..., runtime="inductor"))`` for vanilla and the
+  time-centric DP at its smallest feasible peak and at the head-to-head's budgets, each without and
+  with cheap rematerialization (:data:`benchmarks.head_to_head.REMAT_WEIGHTS`).
+
+A method that runs out of GPU memory is recorded with no peak (``oom``) and the run goes on. Points
+carry the device's name; ``exact`` is false for inductor's points (its fused kernels round differently
+from eager's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+import recompute
+from recompute import nets
+from recompute.partitions import SOLVERS
+
+from .common import REPO, head_commit, markdown_table, write_atomic, write_section
+from .head_to_head import BUDGETS, NETWORKS, PLANNING, REMAT_WEIGHTS, Method
+
+FIGURES = REPO / "paper_figures"
+GIB = 2**30
+EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
+    ("torch_checkpoint_blocks", {}), ("torch_checkpoint_sequential", {"segments": 2}),
+    ("torch_checkpoint_sequential", {"segments": 0}), ("torch_checkpoint_sequential", {"segments": 8}),
+    ("torch_sac", {}),
+]
+
+
+@dataclass
+class CudaPoint(Method):
+    """One method on one network, measured on the GPU (``peak`` None where it did not run: ``status``
+    says why, ``oom`` or the method's refusal)."""
+
+    peak: int | None
+    seconds: float | None
+    device: str
+    exact: bool
+    status: str = "ok"
+
+
+def require_cuda() -> str:
+    """The GPU's name, or a clear refusal where there is none."""
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks.head_to_head_cuda needs a CUDA GPU (torch.cuda.is_available() is False); "
+                         "on the CPU run `python -m benchmarks.head_to_head`, which predicts peaks and times")
+    return torch.cuda.get_device_name()
+
+
+Make = Callable[[], tuple[torch.nn.Module, Any]]
+
+
+def _compiled(model: torch.nn.Module, **options: Any) -> Make:
+    """A fresh copy of ``model`` and its ``torch.compile`` (the step's gradients land on the copy)."""
+    def make() -> tuple[torch.nn.Module, Any]:
+        own = copy.deepcopy(model)
+        return own, torch.compile(own, **options)
+
+    return make
+
+
+def _optimized(model: torch.nn.Module, method: str, options: dict[str, Any]) -> Make:
+    def make() -> tuple[torch.nn.Module, Any]:
+        wrapped = recompute.optimize(copy.deepcopy(model), method=method, **options)
+        return wrapped.model, wrapped
+
+    return make
+
+
+def _runners(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str, str, Make, Any]]:
+    """(method, knob, family, make the model and its runner, the context to measure it in) per method."""
+    yield "vanilla", "", "ours", lambda: (model, None), contextlib.nullcontext()
+    for solver in SOLVERS:
+        for b in BUDGETS:
+            patch = torch._functorch.config.patch(activation_memory_budget=b, activation_memory_budget_solver=solver)
+            yield "min_cut", f"budget {b:g}, {solver}", "pytorch", _compiled(model), patch
+    for method, options in EAGER_BASELINES:
+        knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
+        yield method, knob, "pytorch", _optimized(model, method, options), contextlib.nullcontext()
+    probe = recompute.backend("vanilla", runtime="inductor", **PLANNING)
+    first = recompute.backend("approxdp", strategy="tc", runtime="inductor", **PLANNING)
+    for b in (probe, first):
+        torch._dynamo.reset()
+        torch.compile(copy.deepcopy(model), backend=b)(*inputs)  # plans only: the partitions' simulated peaks
+    vanilla_peak, min_peak = probe.partitions[-1].peak, first.partitions[-1].peak
+    budgets = [None, *(min_peak + (vanilla_peak - min_peak) * j // 4 for j in range(1, 4))]
+    for weight in REMAT_WEIGHTS:
+        for budget in budgets:
+            knob = "budget min" if budget is None else f"budget {budget / vanilla_peak:.2f} of vanilla"
+            backend = recompute.backend("approxdp", strategy="tc", budget=budget, runtime="inductor", remat=weight, **PLANNING)
+            method = "approxdp_tc" if weight is None else f"approxdp_tc+remat {weight:g}"
+            yield method, knob, "ours", _compiled(model, backend=backend), contextlib.nullcontext()
+
+
+def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int | None = None) -> list[CudaPoint]:
+    """Every method on network ``name`` on the GPU (the paper's batch and size unless given)."""
+    device = require_cuda()
+    spec = nets.spec(name)
+    batch = spec.batch_size if batch is None else batch
+    size = spec.input_size[0] if size is None else size
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    points = []
+    for method, knob, family, make, context in _runners(model, inputs):
+        torch._dynamo.reset()
+        peak, seconds, status = None, None, "ok"
+        try:
+            with context:
+                own, runner = make()
+                m = recompute.measure(own, inputs, runner=runner, backend="cuda", iterations=iterations)
+            peak, seconds = m.peak_bytes + m.param_bytes, m.seconds
+        except torch.OutOfMemoryError:
+            status = "oom"  # recorded; the next method runs
+        except (ValueError, NotImplementedError) as e:  # a method that refuses this model (baselines.Unsupported)
+            status = f"unsupported: {e}"
+        finally:
+            own = runner = None
+            torch.cuda.empty_cache()
+        compiled = method == "min_cut" or (family == "ours" and method != "vanilla")
+        points.append(CudaPoint(name, batch, size, method, knob, family, peak, seconds, device, not compiled, status))
+        shown = status if peak is None else f"{peak / GIB:.3f} GiB, {seconds:.3f} s"
+        print(f"{name} {method} {knob}: {shown}", flush=True)
+    return points
+
+
+def net_table(points: list[CudaPoint]) -> str:
+    eager = next(p for p in points if p.method == "vanilla")
+    rows = [[p.family, f"{p.method} {p.knob}".strip(), p.status if p.peak is None else f"{p.peak / GIB:.2f}",
+             "—" if p.seconds is None else f"{p.seconds:.3f}",
+             "—" if p.seconds is None or eager.seconds is None else f"{p.seconds / eager.seconds:.3f}×"]
+            for p in sorted(points, key=lambda p: (p.peak is None, p.peak or 0))]
+    return markdown_table(["family", "method", "peak GiB", "step s", "time × eager"], rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    parser.add_argument("--iterations", type=int, default=5, help="timed steps per method (after one warm-up)")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/cuda_pareto_<net>.json")
+    args = parser.parse_args(argv)
+    device = require_cuda()
+    header = (f"`python -m benchmarks.head_to_head_cuda --write` on {device} (commit {head_commit()}, {date.today()})")
+    tables = []
+    for name in args.nets:
+        points = run_net(name, args.iterations)
+        table = f"**{name}** (batch {points[0].batch_size}, {points[0].input_size}², {device})\n\n{net_table(points)}"
+        print(table, flush=True)
+        tables.append(table)
+        if args.write:
+            text = json.dumps([asdict(p) for p in points], indent=1)
+            write_atomic(FIGURES / f"cuda_pareto_{name}.json", lambda tmp: Path(tmp).write_text(text))
+            write_section(REPO / "docs" / "benchmarks.md", "cuda-head-to-head", "\n\n".join([header, *tables]))
+
+
+if __name__ == "__main__":
+    main()
