@@ -49,6 +49,7 @@ import torch.fx as fx
 from torch._dynamo.backends.debugging import boxed_nop
 from torch._functorch._aot_autograd.descriptors import GradAOTOutput, InputMutationAOTOutput
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._functorch.compile_utils import fx_graph_cse
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -119,12 +120,30 @@ class Backend:
                   static_lifetime_input_indices: list[int] | None = None,
                   **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
         """AOTAutograd's ``partition_fn``: the forward and backward modules of our plan."""
+        _deduplicate(joint_module, num_fwd_outputs)
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         g = graph_of(joint, cost_model=self.cost_model)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
         part = partition_of(g, p, num_fwd_outputs, self.remat)
         self.partitions.append(part)
         return part.forward, part.backward
+
+
+def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
+    """Drop the joint graph's dead ops and merge its identical pure ones (common subexpressions), as
+    PyTorch's partitioners do before they partition, so that the step runs each computation once. A
+    value the backward depends on is not merged with a forward-only one (that would make the forward
+    keep it); random ops and writes are never merged (``fx_graph_cse``)."""
+    gm.graph.eliminate_dead_code()
+    output = gm.graph.find_nodes(op="output")[0]
+    backward = set()
+    todo = [o for o in output.args[0][num_fwd_outputs:] if isinstance(o, fx.Node)]
+    while todo:
+        n = todo.pop()
+        if n not in backward:
+            backward.add(n)
+            todo.extend(n.all_input_nodes)
+    gm.graph = fx_graph_cse(gm.graph, extra_node_key=lambda n: n in backward)
 
 
 def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None) -> Partition:

@@ -160,3 +160,27 @@ def test_constants_the_forward_makes_reach_both_modules():
     ref = _train(plain, plain, x)
     got = _train(compiled, torch.compile(compiled, backend=recompute.backend("chen")), x)
     assert all(torch.equal(a[k], b[k]) for a, b in zip(ref, got) for k in a)
+
+
+def test_identical_ops_run_once():
+    """Like PyTorch's partitioners, the backend merges identical pure ops of the joint graph (and drops
+    dead ones) before it plans: the step computes sin(x) once, and still trains like eager."""
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return torch.sin(h) * torch.sin(h)
+
+    model, x = Twice(), torch.randn(3, 4)
+    backend = recompute.backend("vanilla")
+    compiled = torch.compile(copy.deepcopy(model), backend=backend)
+    got = compiled(x)
+    got.sum().backward()
+    part = backend.partitions[-1]
+    sines = [n for g in (part.forward, part.backward) for n in g.graph.nodes if n.target is torch.ops.aten.sin.default]
+    assert len(sines) == 1
+    assert torch.equal(got, model(x))
