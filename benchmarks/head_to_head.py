@@ -27,27 +27,34 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
-import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
-from recompute import nets
+import recompute
+from recompute import baselines, nets
+from recompute.measure import default_loss
 from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, price, torch_partition, with_remat
 from recompute.plan import InfeasibleBudget
-from recompute.timing import BatchExtrapolation, TimeModel, module_calls
+from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
-REMAT_WEIGHTS = (None, 0.0, 0.25)  # recompute.backend(remat=...): off, then the price of a recomputed byte
+REMAT_WEIGHTS = (None, 0.0, 0.25)
+# PyTorch's eager methods and their knobs (segments 0: ⌈√n⌉), after plain eager training (their time reference)
+EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
+    ("torch_checkpoint_blocks", {}), ("torch_checkpoint_sequential", {"segments": 2}),
+    ("torch_checkpoint_sequential", {"segments": 0}), ("torch_checkpoint_sequential", {"segments": 8}),
+    ("torch_sac", {}),
+]
+EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
 # our planners minimise the simulator's peak of the schedule that runs, at FLOP-counted costs
 PLANNING = {"cost_model": "flops", "memory_model": "simulator"}
@@ -77,13 +84,17 @@ class Point(Method):
         method: ``min_cut`` (PyTorch's partitioner) or our planner (``vanilla``, ``approxdp_tc``…).
         peak: bytes at the step's peak, parameters, buffers and parameter gradients included.
         seconds: predicted step time on this CPU, one thread.
-        saved_bytes: the activations the forward module keeps for backward.
+        time_ratio: ``seconds`` ÷ plain training's on the same runtime: eager PyTorch's for its eager
+            methods (checkpoint, SAC: eager ops), the unpartitioned compiled step's for the partitions
+            (inductor's decomposed ops, run one by one). Methods are compared by it.
+        saved_bytes: the activations the forward module keeps for backward (None: not a partition).
         exact: the step computes what the unpartitioned one does (same ops, random ops never recomputed).
     """
 
     peak: int
     seconds: float
-    saved_bytes: int
+    time_ratio: float
+    saved_bytes: int | None
     exact: bool = True
 
 
@@ -103,7 +114,8 @@ def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: 
 
 
 def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] = SOLVERS,
-            torch_budgets: Sequence[float] = BUDGETS, batch: int | None = None, size: int | None = None) -> list[Point]:
+            torch_budgets: Sequence[float] = BUDGETS, batch: int | None = None, size: int | None = None,
+            eager: Sequence[tuple[str, dict[str, Any]]] = EAGER) -> list[Point]:
     """Every partition of network ``name`` (at the paper's size unless ``batch``/``size`` are given)."""
     spec = nets.spec(name)
     batch = spec.batch_size if batch is None else batch
@@ -114,7 +126,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
     def add(method: str, knob: str, family: str, fw, bw) -> None:
         priced = price(c, fw, bw, ex)
-        points.append(Point(name, batch, size, method, knob, family, priced.peak, priced.seconds, priced.saved_bytes))
+        ratio = priced.seconds / points[0].seconds if points else 1.0  # the first is the unpartitioned step
+        points.append(Point(name, batch, size, method, knob, family, priced.peak, priced.seconds, ratio, priced.saved_bytes))
         print(f"{name} {method} {knob}: {priced.peak / GIB:.3f} GiB, {priced.seconds:.2f} s", flush=True)
 
     _, _, vanilla = our_partition(c, "vanilla", strategy=None, **PLANNING)
@@ -137,55 +150,97 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         for b in torch_budgets:
             fw, bw = torch_partition(c, b, solver)
             add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
+    return points + eager_points(name, batch, size, ex, eager)
+
+
+def _eager_calls(name: str, batch: int, size: int, method: str, options: dict[str, Any]) -> list[OpCall]:
+    """The ATen calls of one eager step of ``method`` (``eager``: plain training) on the meta device."""
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
+    model = model.to("meta")
+    runner = model if method == "eager" else recompute.optimize(model, method=method, **options)
+    with Recorder() as recorder:
+        default_loss(runner(*(torch.empty(x.shape, device="meta") for x in inputs))).backward()
+    return recorder.calls
+
+
+def _eager_peak(name: str, batch: int, size: int, method: str, options: dict[str, Any]) -> int:
+    """Everything one eager step of ``method`` holds at its peak, parameters included (``fake`` backend)."""
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
+    runner = None if method == "eager" else recompute.optimize(model, method=method, **options)
+    m = recompute.measure(model if runner is None else runner.model, inputs, runner=runner, backend="fake")
+    return m.peak_bytes + m.param_bytes
+
+
+def eager_points(name: str, batch: int, size: int, ex: BatchExtrapolation,
+                 methods: Sequence[tuple[str, dict[str, Any]]]) -> list[Point]:
+    """PyTorch's eager methods (and plain eager training first, their time reference): peak on the
+    ``fake`` backend, time of their recorded ATen calls extrapolated from the probe batches."""
+    points: list[Point] = []
+    for method, options in methods:
+        knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
+        try:
+            small, large, target = (_eager_calls(name, b, size, method, options) for b in (*PROBES, batch))
+            peak = _eager_peak(name, batch, size, method, options)
+        except baselines.Unsupported as e:
+            print(f"{name} {method} {knob}: unsupported ({e})", flush=True)
+            continue
+        ex.add(small, large, target)
+        seconds = ex.seconds(target)
+        ratio = seconds / points[0].seconds if points else 1.0
+        points.append(Point(name, batch, size, method, knob, "pytorch", peak, seconds, ratio, None))
+        print(f"{name} {method} {knob}: {peak / GIB:.3f} GiB, {seconds:.2f} s", flush=True)
     return points
 
 
-def best_at(ours: list[Point], *, seconds: float | None = None, peak: int | None = None) -> Point | None:
-    """Our smallest peak at ≤ ``seconds``, or our least time at ≤ ``peak``."""
-    if seconds is not None:
-        fit = [p for p in ours if p.seconds <= seconds]
-        return min(fit, key=lambda p: (p.peak, p.seconds)) if fit else None
+def best_at(ours: list[Point], *, ratio: float | None = None, peak: int | None = None) -> Point | None:
+    """Our smallest peak at ≤ ``ratio`` (time × plain training's), or our least time at ≤ ``peak``."""
+    if ratio is not None:
+        fit = [p for p in ours if p.time_ratio <= ratio]
+        return min(fit, key=lambda p: (p.peak, p.time_ratio)) if fit else None
     fit = [p for p in ours if p.peak <= peak]
-    return min(fit, key=lambda p: (p.seconds, p.peak)) if fit else None
+    return min(fit, key=lambda p: (p.time_ratio, p.peak)) if fit else None
+
+
+def label(p: Point) -> str:
+    return p.knob if p.method == "min_cut" else f"{p.method} {p.knob}".strip()
 
 
 def net_table(points: list[Point]) -> str:
     """Each distinct PyTorch point (identical partitions merged) beside our best at its time and at its peak."""
-    eager = next(p for p in points if p.method == "vanilla")
     ours = [p for p in points if p.family == "ours"]
     merged: dict[tuple[int, float], list[Point]] = {}
     for p in points:
         if p.family == "pytorch":
-            merged.setdefault((p.peak, round(p.seconds, 6)), []).append(p)
+            merged.setdefault((p.peak, round(p.time_ratio, 6)), []).append(p)
     rows = []
-    for (peak, seconds), ps in sorted(merged.items()):
-        at_time, at_peak = best_at(ours, seconds=seconds), best_at(ours, peak=peak)
-        rows.append(["; ".join(p.knob for p in ps), f"{peak / GIB:.2f}", f"{seconds / eager.seconds:.3f}×",
+    for (peak, ratio), ps in sorted(merged.items()):
+        at_time, at_peak = best_at(ours, ratio=ratio), best_at(ours, peak=peak)
+        rows.append(["; ".join(label(p) for p in ps), f"{peak / GIB:.2f}", f"{ratio:.3f}×",
                      "none as fast" if at_time is None else f"{at_time.peak / GIB:.2f} ({at_time.peak / peak:.2f}×) {at_time.method} {at_time.knob}",
-                     "none as small" if at_peak is None else f"{at_peak.seconds / eager.seconds:.3f}× {at_peak.method} {at_peak.knob}",
+                     "none as small" if at_peak is None else f"{at_peak.time_ratio:.3f}× {at_peak.method} {at_peak.knob}",
                      "yes" if at_time is not None and at_time.peak <= peak else "**no**"])
-    ours_rows = [[f"{p.method} {p.knob}", f"{p.peak / GIB:.2f}", f"{p.seconds / eager.seconds:.3f}×"] for p in ours]
-    return (markdown_table(["PyTorch min-cut (budget, solver)", "peak GiB", "time × vanilla", "ours: smallest peak at ≤ its time",
+    ours_rows = [[f"{p.method} {p.knob}", f"{p.peak / GIB:.2f}", f"{p.time_ratio:.3f}×"] for p in ours]
+    return (markdown_table(["PyTorch (min-cut budget and solver, or eager method)", "peak GiB", "time × plain", "ours: smallest peak at ≤ its time",
                             "ours: least time at ≤ its peak", "ours ≤ its peak at ≤ its time"], rows)
-            + "\n\nOurs:\n\n" + markdown_table(["plan", "peak GiB", "time × vanilla"], ours_rows))
+            + "\n\nOurs:\n\n" + markdown_table(["plan", "peak GiB", "time × plain"], ours_rows))
 
 
 def verdict(points: list[Point]) -> list[str]:
-    """One summary row: dominated PyTorch points, and ours against PyTorch's smallest peak within 1.3× vanilla's time."""
+    """One summary row: dominated PyTorch points, and ours against PyTorch's smallest peak within 1.3× plain training's time."""
     eager = next(p for p in points if p.method == "vanilla")
     ours = [p for p in points if p.family == "ours"]
     theirs = [p for p in points if p.family == "pytorch"]
-    undominated = [t for t in theirs if (m := best_at(ours, seconds=t.seconds)) is None or m.peak > t.peak]
-    fast = [t for t in theirs if t.seconds <= 1.3 * eager.seconds]
-    best = min(fast, key=lambda p: (p.peak, p.seconds)) if fast else None
-    mine = best_at(ours, seconds=best.seconds) if best else None
+    undominated = [t for t in theirs if (m := best_at(ours, ratio=t.time_ratio)) is None or m.peak > t.peak]
+    fast = [t for t in theirs if t.time_ratio <= 1.3]
+    best = min(fast, key=lambda p: (p.peak, p.time_ratio)) if fast else None
+    mine = best_at(ours, ratio=best.time_ratio) if best else None
     return [points[0].network, f"{points[0].batch_size} × {points[0].input_size}²", f"{eager.peak / GIB:.2f}",
-            "—" if best is None else f"{best.peak / GIB:.2f} ({best.knob})",
+            "—" if best is None else f"{best.peak / GIB:.2f} ({label(best)}, {best.time_ratio:.3f}×)",
             "none as fast" if mine is None else f"{mine.peak / GIB:.2f} ({mine.peak / best.peak:.2f}×)",
             f"{len(theirs) - len(undominated)} / {len(theirs)}"]
 
 
-VERDICT_HEADERS = ["network", "batch × input", "vanilla peak GiB", "PyTorch's smallest peak at ≤ 1.3× vanilla's time",
+VERDICT_HEADERS = ["network", "batch × input", "vanilla peak GiB", "PyTorch's smallest peak at ≤ 1.3× plain training's time",
                    "ours at ≤ its time", "PyTorch points we match or beat (≤ peak at ≤ time)"]
 
 
@@ -195,20 +250,20 @@ def figure(points: list[Point], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    eager = next(p for p in points if p.method == "vanilla")
     fig, ax = plt.subplots(figsize=(9, 5))
     for method in dict.fromkeys(p.method for p in points):
         ps = [p for p in points if p.method == method]
+        theirs = ps[0].family == "pytorch"
         for solver in dict.fromkeys(p.knob.split(", ")[-1] for p in ps) if method == "min_cut" else [None]:
             # PyTorch's points as markers (its peak is not monotone in the budget); ours joined by peak
             qs = sorted((p for p in ps if solver is None or p.knob.endswith(solver)), key=lambda p: p.peak)
-            ax.plot([p.seconds / eager.seconds for p in qs], [p.peak / GIB for p in qs],
-                    marker="s" if method == "min_cut" else "o", linestyle="" if method == "min_cut" else "-",
-                    label=f"PyTorch min-cut ({solver})" if solver else method)
-    ax.set_xlabel("predicted step time × vanilla (cpu, 1 thread)")
+            ax.plot([p.time_ratio for p in qs], [p.peak / GIB for p in qs],
+                    marker="s" if method == "min_cut" else "^" if theirs else "o", linestyle="" if theirs else "-",
+                    label=f"PyTorch min-cut ({solver})" if solver else f"PyTorch {method}" if theirs else method)
+    ax.set_xlabel("predicted step time × plain training's on the same runtime (cpu, 1 thread)")
     ax.set_ylabel("peak GiB (parameters and gradients included)")
     p0 = points[0]
-    ax.set_title(f"{p0.network}, batch {p0.batch_size} × {p0.input_size}²: circles ours, squares PyTorch")
+    ax.set_title(f"{p0.network}, batch {p0.batch_size} × {p0.input_size}²: circles ours, squares and triangles PyTorch")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
@@ -227,7 +282,7 @@ def load(name: str, folder: Path = FIGURES) -> list[Point] | None:
     if not path.exists():
         return None
     rows = json.loads(path.read_text())
-    return [Point(**r) for r in rows] if rows and "seconds" in rows[0] and "batch_size" in rows[0] else None
+    return [Point(**r) for r in rows] if rows and "time_ratio" in rows[0] else None
 
 
 def report(done: dict[str, list[Point]], header: str) -> str:

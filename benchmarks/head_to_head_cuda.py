@@ -40,15 +40,10 @@ from recompute import nets
 from recompute.partitions import SOLVERS
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
-from .head_to_head import BUDGETS, NETWORKS, PLANNING, REMAT_WEIGHTS, Method
+from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method
 
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
-EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
-    ("torch_checkpoint_blocks", {}), ("torch_checkpoint_sequential", {"segments": 2}),
-    ("torch_checkpoint_sequential", {"segments": 0}), ("torch_checkpoint_sequential", {"segments": 8}),
-    ("torch_sac", {}),
-]
 
 
 @dataclass

@@ -9,7 +9,7 @@ import torch
 from benchmarks import head_to_head as h
 from recompute.timing import TimeModel
 
-FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "exact"}
+FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "time_ratio", "exact"}
 
 
 def test_head_to_head_runs_end_to_end(tmp_path):
@@ -21,6 +21,9 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     assert len([p for p in points if p.method == "min_cut"]) == 4
     assert {f"vanilla+remat {w:g}" for w in h.REMAT_WEIGHTS if w is not None} <= {p.method for p in points}
     assert all(p.peak > 0 and p.seconds > 0 for p in points)
+    eager = [p for p in points if p.family == "pytorch" and p.method != "min_cut"]
+    assert eager[0].method == "eager" and eager[0].time_ratio == 1.0 and len(eager) > 1, [p.method for p in eager]
+    assert next(p for p in points if p.method == "vanilla").time_ratio == 1.0
     h.save(points, tmp_path)
     rows = json.loads((tmp_path / "pareto_chain.json").read_text())
     assert FIELDS <= set(rows[0]) and len(rows) == len(points)
