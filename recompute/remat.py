@@ -15,8 +15,9 @@ alive (cutting it: keep u); a data edge a_out → u_in and an edge from the sour
 must not be recomputed (a convolution, a reduction, a random op) cannot be cut; every value the
 backward reads drains into the sink. A cheap op's own edge from the source, of capacity ``weight`` ×
 the bytes it writes, is the price of recomputing it: with weight 0 recomputation is free and only
-bytes count; a weight w recomputes an op only where that saves more than w bytes per byte written. Nodes on the sink side are recomputed in the backward, right
-before the first read in each block, and dropped after their last.
+bytes count; a weight w recomputes an op only where that saves more than w bytes per byte written.
+Nodes on the sink side are recomputed in the backward, right before the first read in each block,
+and dropped after their last.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ _CHEAP = {torch.ops.aten.cat, torch.ops.aten.clone, torch.ops.aten._to_copy, tor
 
 def cheap(node: fx.Node) -> bool:
     """Whether ``node`` may be recomputed in the backward at the cost of a pass over its operands: a
-    view or a pointwise op (or a concatenation, a copy, a padding, max-pool's indices) of one tensor output that neither
-    draws random numbers nor writes into its inputs."""
+    view or a pointwise op (or a concatenation, a copy, a padding, max-pool's indices) of one tensor
+    output that neither draws random numbers nor writes into its inputs."""
     t = node.target
     if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
         return False
@@ -162,12 +163,16 @@ def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], needed: set[
         # a tie between keeping a value the backward reads and keeping what it is computed from: keep the former
         size[name] = kept + (name not in needed)
     inputs = {name: [r[0] for r in s.reads[i]] for name, i in forward.items()}
-    # an op that reads a buffer the step writes is not recomputed: it would read the new value
+    # the values the forward phase needs for itself: what the step returns, what the ops that stay in
+    # the forward read (those that must run once or are not cheap), and what those read in turn
+    # (forward is in step order, so a value's readers are seen before it)
     output = joint.gm.graph.find_nodes(op="output")[0]
-    used = {x.name for x in output.all_input_nodes}  # read after the forward phase by the caller
-    for name in reversed(forward):  # forward is in step order: readers come later
-        if name in used or runs_once(joint.node(name)):
+    used = {x.name for x in output.all_input_nodes}
+    for name in reversed(forward):
+        node = joint.node(name)
+        if name in used or runs_once(node) or not cheap(node):
             used.update(inputs[name])
+    # an op that reads a buffer the step writes is not recomputed: it would read the new value
     recomputable = {name: weight * _written(joint.node(name)) * (name in used) for name in forward
                     if cheap(joint.node(name)) and not written.intersection(inputs[name])}
     return cheapest_kept(size, inputs, recomputable, needed)[1]
