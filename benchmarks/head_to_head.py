@@ -25,6 +25,7 @@ the unpartitioned step (random ops are never recomputed by either), so every poi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import time
@@ -41,7 +42,7 @@ from recompute import baselines, nets
 from recompute.measure import default_loss
 from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, price, torch_partition, with_remat
 from recompute.plan import InfeasibleBudget
-from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls
+from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
 
@@ -150,7 +151,43 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         for b in torch_budgets:
             fw, bw = torch_partition(c, b, solver)
             add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
-    return points + eager_points(name, batch, size, ex, eager)
+    theirs = eager_points(name, batch, size, ex, eager)
+    return points + theirs + executor_points(name, batch, size, ex, budgets, theirs[0].seconds if theirs else None)
+
+
+def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
+                    eager_seconds: float | None) -> list[Point]:
+    """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
+    our executor, bitwise plain training's): the time-centric DP from its smallest feasible peak towards
+    vanilla's, the memory-centric DP and Chen's √n segments. Peak: the plan's simulated peak (= the
+    ``fake`` backend's, ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen
+    calls, traced at the probe batches too, against plain eager training's (``eager_seconds``)."""
+    graphs = {}
+    for b in (*PROBES, batch):
+        model, inputs = nets.build(name, batch_size=b, input_size=size, seed=0, fake_inputs=True)
+        graphs[b] = recompute.trace(model, inputs, cost_model=PLANNING["cost_model"], loss_fn=default_loss)
+    g = graphs[batch]
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    dp = {"memory_model": PLANNING["memory_model"]}
+    vanilla = recompute.plan(g, "vanilla").peak
+    first = recompute.plan(g, "approxdp", strategy="tc", **dp)
+    plans = [("approxdp_tc", "budget min", first)]
+    for j in range(1, budgets):
+        budget = first.peak + (vanilla - first.peak) * j // budgets
+        with contextlib.suppress(InfeasibleBudget):
+            plans.append(("approxdp_tc", f"budget {budget / vanilla:.2f} of vanilla",
+                          recompute.plan(g, "approxdp", strategy="tc", budget=budget, **dp)))
+    plans.append(("approxdp_mc", "budget min", recompute.plan(g, "approxdp", strategy="mc", **dp)))
+    plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
+    points = []
+    for method, knob, p in plans:
+        small, large, target = (schedule_calls(graphs[b].program, p.runs(graphs[b])) for b in (*PROBES, batch))
+        ex.add(small, large, target)
+        seconds = ex.seconds(target)
+        ratio = seconds / eager_seconds if eager_seconds else float("nan")
+        points.append(Point(name, batch, size, f"executor {method}", knob, "ours", p.peak + params, seconds, ratio, None))
+        print(f"{name} executor {method} {knob}: {(p.peak + params) / GIB:.3f} GiB, {seconds:.2f} s", flush=True)
+    return points
 
 
 def _eager_calls(name: str, batch: int, size: int, method: str, options: dict[str, Any]) -> list[OpCall]:
