@@ -218,8 +218,9 @@ def eager_points(name: str, batch: int, size: int, ex: BatchExtrapolation,
         try:
             small, large, target = (_eager_calls(name, b, size, method, options) for b in (*PROBES, batch))
             peak = _eager_peak(name, batch, size, method, options)
-        except baselines.Unsupported as e:
-            print(f"{name} {method} {knob}: unsupported ({e})", flush=True)
+        except (baselines.Unsupported, RuntimeError) as e:
+            # a method that refuses or fails on this network is reported and the others still run
+            print(f"{name} {method} {knob}: did not run ({type(e).__name__}: {str(e)[:200]})", flush=True)
             continue
         ex.add(small, large, target)
         seconds = ex.seconds(target)
