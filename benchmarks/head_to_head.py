@@ -132,11 +132,19 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         print(f"{name} {method} {knob}: {priced.peak / GIB:.3f} GiB, {priced.seconds:.2f} s", flush=True)
 
     _, _, vanilla = our_partition(c, "vanilla", strategy=None, **PLANNING)
+    add("vanilla", "", "ours", vanilla.forward, vanilla.backward)  # the unpartitioned step: every ratio's reference
+    for solver in solvers:
+        for b in torch_budgets:
+            fw, bw = torch_partition(c, b, solver)
+            add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
+    theirs = eager_points(name, batch, size, ex, eager)
     first = our_partition(c, "approxdp", strategy="tc", **PLANNING)[2]
+    # the time-centric DP over an even grid, and at each peak PyTorch reaches (less the parameters, which
+    # the partition's peak leaves out): there it gives our least time at ≤ that point's peak
     grid = [first.peak + (vanilla.peak - first.peak) * j // budgets for j in range(1, budgets)]
-    # the memory-centric DP's plan does not change with the budget: its smallest peak only
+    grid += [p.peak - c.param_bytes for p in [*points, *theirs] if p.family == "pytorch"]
     planned = [("vanilla", "", vanilla), ("approxdp_tc", "budget min", first)]
-    for budget in grid:
+    for budget in _distinct(b for b in grid if first.peak < b < vanilla.peak):
         try:
             planned.append(("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla",
                             our_partition(c, "approxdp", strategy="tc", budget=budget, **PLANNING)[2]))
@@ -144,15 +152,19 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             continue
     planned.append(("approxdp_mc", "budget min", our_partition(c, "approxdp", strategy="mc", **PLANNING)[2]))
     for weight in REMAT_WEIGHTS:
-        for method, knob, part in planned:
+        for method, knob, part in (planned[1:] if weight is None else planned):
             q = part if weight is None else with_remat(c, part, weight)
             add(method if weight is None else f"{method}+remat {weight:g}", knob, "ours", q.forward, q.backward)
-    for solver in solvers:
-        for b in torch_budgets:
-            fw, bw = torch_partition(c, b, solver)
-            add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
-    theirs = eager_points(name, batch, size, ex, eager)
     return points + theirs + executor_points(name, batch, size, ex, budgets, theirs[0].seconds if theirs else None)
+
+
+def _distinct(budgets: Any, tolerance: float = 0.01) -> list[int]:
+    """``budgets`` ascending, without those within ``tolerance`` (relative) of a smaller one kept."""
+    kept: list[int] = []
+    for b in sorted(budgets):
+        if not kept or b > kept[-1] * (1 + tolerance):
+            kept.append(b)
+    return kept
 
 
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,

@@ -18,6 +18,13 @@ the bytes it writes, is the price of recomputing it: with weight 0 recomputation
 bytes count; a weight w recomputes an op only where that saves more than w bytes per byte written.
 Nodes on the sink side are recomputed in the backward, right before the first read in each block,
 and dropped after their last.
+
+The cut also runs the other way: a backward op that reads no gradient — ReLU's mask ``relu <= 0``,
+a function of forward values alone — may run in the forward phase instead, right after what it
+reads, and its output be kept in place of its operands (a bool mask is a quarter of the float32
+ReLU output it replaces where nothing else of the backward reads that output: before each of
+VGG's max-pools). Such an op is a value of the cut like a forward one, except that leaving it in the
+backward is free (that is where it runs), so keeping it is chosen only where it keeps fewer bytes.
 """
 
 from __future__ import annotations
@@ -63,13 +70,14 @@ def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
     phase: it is moved, not repeated. ``weight`` prices a recomputation in kept bytes per byte it
     writes: 0 recomputes wherever that keeps fewer bytes, a larger weight only where it keeps many."""
     forward = {s.steps[i][0]: i for i in range(s.backward_start)}
-    needed = list(dict.fromkeys(r[0] for reads in s.reads[s.backward_start:] for r in reads
-                                if r[1] == 0 and r[0] in forward))
-    again = _recomputed(p, s, forward, set(needed), weight)
-    if not again:
+    early = _gradient_free(p, s, forward)
+    needed = list(dict.fromkeys(r[0] for i in range(s.backward_start, len(s)) if s.steps[i] not in early
+                                for r in s.reads[i] if r[1] == 0 and (r[0] in forward or r in early)))
+    again, moved = _recomputed(p, s, forward, early, set(needed), weight)
+    if not again and not moved:
         return s
-    steps, reads = list(s.steps[:s.backward_start]), list(s.reads[:s.backward_start])
-    block = list(s.block[:s.backward_start]) if s.block else [0] * s.backward_start
+    steps, reads, block = _forward_with(s, [i for i in range(s.backward_start, len(s)) if s.steps[i] in moved], forward)
+    backward_start = len(steps)
     latest: dict[str, int] = {}  # the highest copy of each op in s
     for name, copy in s.steps:
         latest[name] = max(latest.get(name, 0), copy)
@@ -90,6 +98,8 @@ def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
         return inst
 
     for i in range(s.backward_start, len(s)):
+        if s.steps[i] in moved:
+            continue
         blk = s.block[i] if s.block else 0
         if blk != current:
             current, here = blk, {}
@@ -97,7 +107,43 @@ def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
         steps.append(s.steps[i])
         reads.append(step_reads)
         block.append(blk)
-    return _without_dead_forward(p, Schedule(steps=steps, reads=reads, backward_start=s.backward_start, block=block))
+    return _without_dead_forward(p, Schedule(steps=steps, reads=reads, backward_start=backward_start, block=block))
+
+
+def _gradient_free(p: "Program", s: Schedule, forward: Mapping[str, int]) -> set[Instance]:
+    """The backward steps of ``s`` that could run in its forward phase: :func:`cheap` ops of the
+    backward that read no gradient (no tangent, in the joint graph) and only forward values as the
+    forward phase computes them, or other such steps; none reads a buffer the step writes (in the
+    forward phase it would read the old value)."""
+    joint = p.joint
+    written = set(joint.buffer_writes.values())
+    graded = set(joint.tangents)
+    for x in joint.gm.graph.nodes:
+        if any(a.name in graded for a in x.all_input_nodes):
+            graded.add(x.name)
+    found: set[Instance] = set()
+    for i in range(s.backward_start, len(s)):
+        name, copy = s.steps[i]
+        node = joint.node(name)
+        if copy == 0 and name not in forward and name not in graded and cheap(node) and s.reads[i] \
+                and all((r[1] == 0 and r[0] in forward and r[0] not in written) or r in found for r in s.reads[i]):
+            found.add(s.steps[i])
+    return found
+
+
+def _forward_with(s: Schedule, moved: Sequence[int], forward: Mapping[str, int]) -> tuple[list[Instance], list, list[int]]:
+    """The forward phase of ``s`` with backward steps ``moved`` (indices, in step order) run in it, each
+    right after the last forward step it reads, so that what it reads is not held any longer."""
+    block = list(s.block) if s.block else [0] * len(s)
+    order = [(i, 0, i) for i in range(s.backward_start)]
+    after: dict[Instance, int] = {}
+    for i in moved:
+        at = max((forward[r[0]] if r[1] == 0 and r[0] in forward else after.get(r, -1) for r in s.reads[i]), default=-1)
+        after[s.steps[i]] = at
+        order.append((at, 1, i))
+    order.sort()
+    return ([s.steps[i] for _, _, i in order], [s.reads[i] for _, _, i in order],
+            [block[i] if j == 0 else block[max(at, 0)] for at, j, i in order])
 
 
 def _without_dead_forward(p: "Program", s: Schedule) -> Schedule:
@@ -148,21 +194,25 @@ def cheapest_kept(size: Mapping[str, int], inputs: Mapping[str, Sequence[str]], 
     return kept, {name for name in size if (name, "in") in sink_side}
 
 
-def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], needed: set[str], weight: float) -> set[str]:
-    """The forward values of ``s`` the minimum cut recomputes; a value costs the bytes of the storages
-    a read of it keeps alive (the parameters' and the inputs' not counted), a recomputation ``weight``
-    × the bytes it writes, except where the forward phase computes the value only for the backward:
-    then it is moved, which costs nothing."""
+def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: set[Instance], needed: set[str],
+                weight: float) -> tuple[set[str], set[Instance]]:
+    """The forward values of ``s`` the minimum cut recomputes, and the backward steps among ``early``
+    it runs in the forward phase instead; a value costs the bytes of the storages a read of it keeps
+    alive (the parameters' and the inputs' not counted), a recomputation ``weight`` × the bytes it
+    writes, except where the forward phase computes the value only for the backward: then it is
+    moved, which costs nothing. An ``early`` step left in the backward costs nothing either."""
     joint = p.joint
     table = joint_table(joint)
     written = set(joint.buffer_writes.values())
     given = {st for x in joint.gm.graph.nodes if x.op in ("placeholder", "get_attr") for st in table.made.get(x, ())}
+    early_at = {s.steps[i][0]: i for i in range(s.backward_start, len(s)) if s.steps[i] in early}
     size: dict[str, int] = {}
-    for name in forward:
+    for name in [*forward, *early_at]:
         kept = sum(int(table.size[st]) for st in table.of.get(joint.node(name), ()) if st not in given)
-        # a tie between keeping a value the backward reads and keeping what it is computed from: keep the former
-        size[name] = kept + (name not in needed)
-    inputs = {name: [r[0] for r in s.reads[i]] for name, i in forward.items()}
+        # ties: keep a value the backward reads rather than what it is computed from, and a forward value
+        # rather than a backward op run early (which would then compute in the forward for nothing)
+        size[name] = kept + (name not in needed) + 2 * (name in early_at)
+    inputs = {name: [r[0] for r in s.reads[i]] for name, i in [*forward.items(), *early_at.items()]}
     # the values the forward phase needs for itself: what the step returns, what the ops that stay in
     # the forward read (those that must run once or are not cheap), and what those read in turn
     # (forward is in step order, so a value's readers are seen before it)
@@ -175,7 +225,9 @@ def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], needed: set[
     # an op that reads a buffer the step writes is not recomputed: it would read the new value
     recomputable = {name: weight * _written(joint.node(name)) * (name in used) for name in forward
                     if cheap(joint.node(name)) and not written.intersection(inputs[name])}
-    return cheapest_kept(size, inputs, recomputable, needed)[1]
+    recomputable.update(dict.fromkeys(early_at, 0.0))
+    again = cheapest_kept(size, inputs, recomputable, needed)[1]
+    return again - early_at.keys(), {s.steps[i] for name, i in early_at.items() if name not in again}
 
 
 def _written(node: fx.Node) -> int:

@@ -25,6 +25,8 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     assert eager[0].method == "eager" and eager[0].time_ratio == 1.0 and len(eager) > 1, [p.method for p in eager]
     assert next(p for p in points if p.method == "vanilla").time_ratio == 1.0
     assert {"executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= {p.method for p in points}
+    # the time-centric DP is planned at the peaks PyTorch reaches too, not only on its grid of 2 budgets
+    assert len([p for p in points if p.method == "approxdp_tc"]) > 2
     h.save(points, tmp_path)
     rows = json.loads((tmp_path / "pareto_chain.json").read_text())
     assert FIELDS <= set(rows[0]) and len(rows) == len(points)
@@ -32,3 +34,7 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     h.figure(points, tmp_path / "pareto_chain.png")
     assert (tmp_path / "pareto_chain.png").stat().st_size > 0
     assert "chain" in h.report({"chain": points}, "header")
+
+
+def test_distinct_budgets_drop_near_duplicates():
+    assert h._distinct([100, 300, 200, 100, 301, 202]) == [100, 200, 300]

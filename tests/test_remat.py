@@ -10,9 +10,10 @@ import random
 import pytest
 import torch
 import torch._dynamo
+from torch._functorch.partitioners import default_partition
 
 import recompute
-from recompute import nets
+from recompute import nets, partitions
 from recompute.exactness import train_step
 from recompute.remat import cheapest_kept
 
@@ -109,3 +110,39 @@ def test_remat_trains_exactly_and_keeps_fewer_bytes(name, method):
 def test_bad_remat_weight_is_named(remat):
     with pytest.raises(ValueError, match="remat must be None"):
         recompute.backend("approxdp", remat=remat)
+
+
+
+@pytest.mark.parametrize("method", ["vanilla", "approxdp"])
+def test_relu_mask_runs_in_the_forward_and_trains_exactly(method):
+    """On the joint graph inductor partitions (its decompositions: max-pool's backward reads its
+    indices, ReLU's reads ``relu <= 0``), nothing of the backward reads a ReLU output before a
+    max-pool but that comparison, a backward op reading no gradient: the partition runs it in the
+    forward phase and keeps the bool mask instead of the float32 output, as PyTorch's min-cut
+    partitioner does. A step through it equals one through PyTorch's default partition of the same
+    graph bitwise (loss and gradients)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10))
+    inputs = [torch.randn(2, 3, 16, 16)]
+    steps, parts = [], {}
+    for remat in (None, 0.0, "default"):
+        torch._dynamo.reset()
+        copied = copy.deepcopy(model)
+        backend = recompute.backend(method, remat=None if remat == "default" else remat)
+        c = partitions.capture(copied, inputs, partition_fn=default_partition if remat == "default" else backend.partition)
+        loss = c.compiled(*inputs)
+        loss.backward()
+        steps.append([loss.detach(), *(p.grad for p in copied.parameters())])
+        parts[remat] = backend.partitions[-1] if backend.partitions else None
+    for got in steps[:2]:
+        assert all(torch.equal(a, b) for a, b in zip(steps[2], got))
+    part = parts[0.0]
+    backward = {n.name for n in part.graph.program.joint.backward}
+    early = {name for name, _ in part.schedule.steps[:part.schedule.backward_start] if name in backward}
+    masks = {n for n in part.saved if n in backward}
+    assert masks and masks <= early and all(part.graph.program.joint.node(n).meta["val"].dtype == torch.bool for n in masks)
+    assert part.saved_bytes < parts[None].saved_bytes
+    assert part.peak <= parts[None].peak
