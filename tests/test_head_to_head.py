@@ -38,3 +38,16 @@ def test_head_to_head_runs_end_to_end(tmp_path):
 
 def test_distinct_budgets_drop_near_duplicates():
     assert h._distinct([100, 300, 200, 100, 301, 202]) == [100, 200, 300]
+
+
+def test_equal_times_summed_in_another_order_are_equal():
+    """A partition that runs the same ops as PyTorch's (moved, not repeated) has the same predicted time
+    up to the summation order's rounding: it is as fast, not slower."""
+    costs = [0.1, 0.2, 0.3]
+    plain = sum(costs)
+    theirs = h.Point("n", 1, 1, "min_cut", "budget 1", "pytorch", 100, sum(costs[::-1]), sum(costs[::-1]) / plain, None)
+    ours = h.Point("n", 1, 1, "vanilla+remat 0", "", "ours", 90, sum(costs), sum(costs) / plain, None)
+    assert ours.time_ratio > theirs.time_ratio  # the rounding the comparison must see through
+    assert h.best_at([ours], ratio=theirs.time_ratio) is ours
+    slower = h.Point("n", 1, 1, "approxdp_tc", "", "ours", 80, 0.6, 1.0 + 1e-7, None)
+    assert h.best_at([slower], ratio=theirs.time_ratio) is None
