@@ -169,11 +169,12 @@ def measure_one(name: str, batch: int, size: int, label: str, family: str, how: 
 
 
 def _predicted(predictor: Any, params: int) -> int | None:
-    """What the simulator predicts for ours: the executor's plan's peak, the compiled partition's."""
+    """What the simulator predicts for ours: the executor's plan's peak, the compiled partition's (one
+    graph only: the peaks of several graphs of one step do not add up to the step's)."""
     if predictor is None:
         return None
     if isinstance(predictor, Backend):
-        return sum(p.peak for p in predictor.partitions) + params if predictor.partitions else None
+        return predictor.partitions[0].peak + params if len(predictor.partitions) == 1 else None
     return predictor.plan.peak + params
 
 

@@ -71,12 +71,12 @@ def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
     writes: 0 recomputes wherever that keeps fewer bytes, a larger weight only where it keeps many."""
     forward = {s.steps[i][0]: i for i in range(s.backward_start)}
     early = _gradient_free(p, s, forward)
-    needed = list(dict.fromkeys(r[0] for i in range(s.backward_start, len(s)) if s.steps[i] not in early
-                                for r in s.reads[i] if r[1] == 0 and (r[0] in forward or r in early)))
+    needed = list(dict.fromkeys(r[0] for i in range(s.backward_start, len(s)) if s.steps[i][0] not in early
+                                for r in s.reads[i] if r[1] == 0 and (r[0] in forward or r[0] in early)))
     again, moved = _recomputed(p, s, forward, early, set(needed), weight)
     if not again and not moved:
         return s
-    steps, reads, block = _forward_with(s, [i for i in range(s.backward_start, len(s)) if s.steps[i] in moved], forward)
+    steps, reads, block = _forward_with(s, sorted(early[name] for name in moved), forward)
     backward_start = len(steps)
     latest: dict[str, int] = {}  # the highest copy of each op in s
     for name, copy in s.steps:
@@ -98,7 +98,7 @@ def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
         return inst
 
     for i in range(s.backward_start, len(s)):
-        if s.steps[i] in moved:
+        if s.steps[i][0] in moved:
             continue
         blk = s.block[i] if s.block else 0
         if blk != current:
@@ -110,24 +110,23 @@ def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
     return _without_dead_forward(p, Schedule(steps=steps, reads=reads, backward_start=backward_start, block=block))
 
 
-def _gradient_free(p: "Program", s: Schedule, forward: Mapping[str, int]) -> set[Instance]:
-    """The backward steps of ``s`` that could run in its forward phase: :func:`cheap` ops of the
-    backward that read no gradient (no tangent, in the joint graph) and only forward values as the
-    forward phase computes them, or other such steps; none reads a buffer the step writes (in the
-    forward phase it would read the old value)."""
+def _gradient_free(p: "Program", s: Schedule, forward: Mapping[str, int]) -> dict[str, int]:
+    """The backward steps of ``s`` that could run in its forward phase, by name (each is a first and
+    only copy) → step index: :func:`cheap` ops of the backward that read no gradient (no tangent, in
+    the joint graph) and only forward values as the forward phase computes them, or other such steps;
+    none reads a buffer the step writes (in the forward phase it would read the old value)."""
     joint = p.joint
     written = set(joint.buffer_writes.values())
     graded = set(joint.tangents)
     for x in joint.gm.graph.nodes:
         if any(a.name in graded for a in x.all_input_nodes):
             graded.add(x.name)
-    found: set[Instance] = set()
+    found: dict[str, int] = {}
     for i in range(s.backward_start, len(s)):
         name, copy = s.steps[i]
-        node = joint.node(name)
-        if copy == 0 and name not in forward and name not in graded and cheap(node) and s.reads[i] \
-                and all((r[1] == 0 and r[0] in forward and r[0] not in written) or r in found for r in s.reads[i]):
-            found.add(s.steps[i])
+        if copy == 0 and name not in forward and name not in graded and cheap(joint.node(name)) and s.reads[i] \
+                and all(r[1] == 0 and (r[0] in found or (r[0] in forward and r[0] not in written)) for r in s.reads[i]):
+            found[name] = i
     return found
 
 
@@ -194,8 +193,8 @@ def cheapest_kept(size: Mapping[str, int], inputs: Mapping[str, Sequence[str]], 
     return kept, {name for name in size if (name, "in") in sink_side}
 
 
-def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: set[Instance], needed: set[str],
-                weight: float) -> tuple[set[str], set[Instance]]:
+def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: Mapping[str, int], needed: set[str],
+                weight: float) -> tuple[set[str], set[str]]:
     """The forward values of ``s`` the minimum cut recomputes, and the backward steps among ``early``
     it runs in the forward phase instead; a value costs the bytes of the storages a read of it keeps
     alive (the parameters' and the inputs' not counted), a recomputation ``weight`` × the bytes it
@@ -205,14 +204,13 @@ def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: set[I
     table = joint_table(joint)
     written = set(joint.buffer_writes.values())
     given = {st for x in joint.gm.graph.nodes if x.op in ("placeholder", "get_attr") for st in table.made.get(x, ())}
-    early_at = {s.steps[i][0]: i for i in range(s.backward_start, len(s)) if s.steps[i] in early}
     size: dict[str, int] = {}
-    for name in [*forward, *early_at]:
+    for name in [*forward, *early]:
         kept = sum(int(table.size[st]) for st in table.of.get(joint.node(name), ()) if st not in given)
         # ties: keep a value the backward reads rather than what it is computed from, and a forward value
         # rather than a backward op run early (which would then compute in the forward for nothing)
-        size[name] = kept + (name not in needed) + 2 * (name in early_at)
-    inputs = {name: [r[0] for r in s.reads[i]] for name, i in [*forward.items(), *early_at.items()]}
+        size[name] = kept + (name not in needed) + 2 * (name in early)
+    inputs = {name: [r[0] for r in s.reads[i]] for name, i in [*forward.items(), *early.items()]}
     # the values the forward phase needs for itself: what the step returns, what the ops that stay in
     # the forward read (those that must run once or are not cheap), and what those read in turn
     # (forward is in step order, so a value's readers are seen before it)
@@ -225,9 +223,9 @@ def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: set[I
     # an op that reads a buffer the step writes is not recomputed: it would read the new value
     recomputable = {name: weight * _written(joint.node(name)) * (name in used) for name in forward
                     if cheap(joint.node(name)) and not written.intersection(inputs[name])}
-    recomputable.update(dict.fromkeys(early_at, 0.0))
+    recomputable.update(dict.fromkeys(early, 0.0))
     again = cheapest_kept(size, inputs, recomputable, needed)[1]
-    return again - early_at.keys(), {s.steps[i] for name, i in early_at.items() if name not in again}
+    return again - early.keys(), early.keys() - again
 
 
 def _written(node: fx.Node) -> int:
