@@ -20,7 +20,10 @@ def paper_table1() -> dict[str, dict[str, float]]:
 
 
 def head_commit() -> str:
-    """The short hash of the checkout's HEAD, to name the commit an artefact was made at."""
+    """The short hash of the checkout's HEAD, to name the commit an artefact was made at; in a copy of the
+    tree without git (a lent GPU machine's), ``RECOMPUTE_COMMIT`` names it."""
+    if "RECOMPUTE_COMMIT" in os.environ:
+        return os.environ["RECOMPUTE_COMMIT"]
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
 
 

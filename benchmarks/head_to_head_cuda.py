@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import copy
 import json
+import sys
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
@@ -69,6 +70,17 @@ def require_cuda() -> str:
 Make = Callable[[], tuple[torch.nn.Module, Any]]
 
 
+@dataclass(frozen=True)
+class Grid:
+    """Which points run: PyTorch's compile budgets × solvers, and our time-centric DP at ``ours`` budgets
+    (the smallest feasible peak, then evenly towards vanilla's) × cheap-rematerialization weights."""
+
+    budgets: tuple[float, ...] = BUDGETS
+    solvers: tuple[str, ...] = SOLVERS
+    ours: int = 4
+    remat: tuple[float | None, ...] = REMAT_WEIGHTS
+
+
 def _compiled(model: torch.nn.Module, **options: Any) -> Make:
     """A fresh copy of ``model`` and its ``torch.compile`` (the step's gradients land on the copy)."""
     def make() -> tuple[torch.nn.Module, Any]:
@@ -86,24 +98,26 @@ def _optimized(model: torch.nn.Module, method: str, options: dict[str, Any]) -> 
     return make
 
 
-def _runners(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str, str, Make, Any]]:
+def _runners(model: torch.nn.Module, inputs: tuple, grid: Grid) -> Iterator[tuple[str, str, str, Make, Any]]:
     """(method, knob, family, make the model and its runner, the context to measure it in) per method."""
     yield "vanilla", "", "ours", lambda: (model, None), contextlib.nullcontext()
-    for solver in SOLVERS:
-        for b in BUDGETS:
+    for solver in grid.solvers:
+        for b in grid.budgets:
             patch = torch._functorch.config.patch(activation_memory_budget=b, activation_memory_budget_solver=solver)
             yield "min_cut", f"budget {b:g}, {solver}", "pytorch", _compiled(model), patch
     for method, options in EAGER_BASELINES:
         knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
         yield method, knob, "pytorch", _optimized(model, method, options), contextlib.nullcontext()
-    probe = recompute.backend("vanilla", runtime="inductor", **PLANNING)
-    first = recompute.backend("approxdp", strategy="tc", runtime="inductor", **PLANNING)
+    # the partitions' simulated peaks; planning needs no compiler, so these run eager
+    probe = recompute.backend("vanilla", **PLANNING)
+    first = recompute.backend("approxdp", strategy="tc", **PLANNING)
     for b in (probe, first):
         torch._dynamo.reset()
-        torch.compile(copy.deepcopy(model), backend=b)(*inputs)  # plans only: the partitions' simulated peaks
+        torch.compile(copy.deepcopy(model), backend=b)(*inputs)
     vanilla_peak, min_peak = probe.partitions[-1].peak, first.partitions[-1].peak
-    budgets = [None, *(min_peak + (vanilla_peak - min_peak) * j // 4 for j in range(1, 4))]
-    for weight in REMAT_WEIGHTS:
+    steps = grid.ours
+    budgets = [None, *(min_peak + (vanilla_peak - min_peak) * j // steps for j in range(1, steps))]
+    for weight in grid.remat:
         for budget in budgets:
             knob = "budget min" if budget is None else f"budget {budget / vanilla_peak:.2f} of vanilla"
             backend = recompute.backend("approxdp", strategy="tc", budget=budget, runtime="inductor", remat=weight, **PLANNING)
@@ -111,8 +125,9 @@ def _runners(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str, 
             yield method, knob, "ours", _compiled(model, backend=backend), contextlib.nullcontext()
 
 
-def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int | None = None) -> list[CudaPoint]:
-    """Every method on network ``name`` on the GPU (the paper's batch and size unless given)."""
+def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int | None = None,
+            grid: Grid = Grid()) -> list[CudaPoint]:
+    """Every method of ``grid`` on network ``name`` on the GPU (the paper's batch and size unless given)."""
     device = require_cuda()
     spec = nets.spec(name)
     batch = spec.batch_size if batch is None else batch
@@ -120,7 +135,7 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     points = []
-    for method, knob, family, make, context in _runners(model, inputs):
+    for method, knob, family, make, context in _runners(model, inputs, grid):
         torch._dynamo.reset()
         peak, seconds, status = None, None, "ok"
         try:
@@ -132,6 +147,8 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
             status = "oom"  # recorded; the next method runs
         except (ValueError, NotImplementedError) as e:  # a method that refuses this model (baselines.Unsupported)
             status = f"unsupported: {e}"
+        except Exception as e:  # e.g. a compiler error on this device: recorded, and the next method runs
+            status = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         finally:
             own = runner = None
             torch.cuda.empty_cache()
@@ -151,17 +168,28 @@ def net_table(points: list[CudaPoint]) -> str:
     return markdown_table(["family", "method", "peak GiB", "step s", "time × eager"], rows)
 
 
+def _weight(text: str) -> float | None:
+    return None if text == "off" else float(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
     parser.add_argument("--iterations", type=int, default=5, help="timed steps per method (after one warm-up)")
+    parser.add_argument("--budgets", nargs="+", type=float, default=list(BUDGETS), help="PyTorch's activation_memory_budget grid")
+    parser.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=list(SOLVERS))
+    parser.add_argument("--ours", type=int, default=Grid.ours, help="budgets of our time-centric DP, the smallest feasible first")
+    parser.add_argument("--remat", nargs="+", type=_weight, default=list(REMAT_WEIGHTS),
+                        help="cheap-rematerialization weights of our points ('off': none)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/cuda_pareto_<net>.json")
     args = parser.parse_args(argv)
     device = require_cuda()
-    header = (f"`python -m benchmarks.head_to_head_cuda --write` on {device} (commit {head_commit()}, {date.today()})")
+    grid = Grid(tuple(args.budgets), tuple(args.solvers), args.ours, tuple(args.remat))
+    command = " ".join(["python -m benchmarks.head_to_head_cuda", *(argv if argv is not None else sys.argv[1:])])
+    header = f"`{command}` on {device} (torch {torch.__version__}, commit {head_commit()}, {date.today()})"
     tables = []
     for name in args.nets:
-        points = run_net(name, args.iterations)
+        points = run_net(name, args.iterations, grid=grid)
         table = f"**{name}** (batch {points[0].batch_size}, {points[0].input_size}², {device})\n\n{net_table(points)}"
         print(table, flush=True)
         tables.append(table)

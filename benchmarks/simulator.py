@@ -1,8 +1,9 @@
-"""Simulated vs measured peak of every planner's schedule on the seven paper networks (``fake`` backend).
+"""Simulated vs measured peak of every planner's schedule on the seven paper networks.
 
-    python -m benchmarks.simulator              # print the tables
+    python -m benchmarks.simulator              # print the tables (``fake`` backend)
     python -m benchmarks.simulator --write      # and update docs/benchmarks.md
     python -m benchmarks.simulator --nets vgg19 --budgets 3
+    python -m benchmarks.simulator --backend cuda --write   # on a CUDA GPU, the plans run for real
 
 Each network is traced with the loss (``trace(..., loss_fn=default_loss)``) at the paper's batch size,
 every method plans (the DPs priced by the simulator's block costs, ``recompute.blockcost``, at their
@@ -10,20 +11,28 @@ smallest feasible budget), and its schedule runs under FakeTensorMode with the s
 exactdp and approxdp are solved for the same budgets between approxdp's smallest peak and vanilla's,
 and each plan is measured against its budget. Parameters are not included (add them for the paper's
 totals).
+
+With ``--backend cuda`` each network and its inputs are real tensors on the GPU and each schedule runs
+for real (``torch.cuda.max_memory_allocated`` above what existed before the step): what the caching
+allocator hands out (cuDNN's workspaces included) against what the simulator predicts. Its table goes to
+its own section, headed by the device, torch version, commit and command.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from datetime import date
 
+import torch
 from tqdm import tqdm
 
 import recompute
 from recompute import nets
 from recompute.measure import default_loss
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, markdown_table, write_section
 
 METHODS = [("vanilla", None), ("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"),
            ("exactdp", "tc"), ("exactdp", "mc")]
@@ -34,16 +43,23 @@ def _solve(graph: recompute.Graph, method: str, strategy: str | None, budget: in
     return recompute.plan(graph, method, strategy=strategy, budget=budget)
 
 
-def _measure(model, inputs, graph, plan) -> int:
-    return recompute.measure(model, inputs, runner=recompute.execute(graph, plan), backend="fake").peak_bytes
+def _measure(model, inputs, graph, plan, backend: str = "fake") -> int:
+    runner = recompute.execute(graph, plan)
+    return recompute.measure(model, inputs, runner=runner, backend=backend, iterations=1).peak_bytes
 
 
-def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = ()) -> tuple[list[list[object]], list[list[object]]]:
-    """The two tables; exactdp is not solved for budgets on the networks in ``slow``."""
+def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = (),
+        backend: str = "fake") -> tuple[list[list[object]], list[list[object]]]:
+    """The two tables, each plan measured on ``backend``; exactdp is not solved for budgets on the
+    networks in ``slow``."""
     peaks, budgets = [], []
     bar = tqdm(total=len(net_names) * (len(METHODS) + 4 * n_budgets), desc="simulator", leave=False)
     for name in net_names:
-        model, inputs = nets.build(name, fake_inputs=True)
+        if backend == "cuda":
+            model, inputs = nets.build(name, seed=0)
+            model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+        else:
+            model, inputs = nets.build(name, fake_inputs=True)
         start = time.perf_counter()
         graph = recompute.trace(model, inputs, loss_fn=default_loss)
         trace_s = time.perf_counter() - start
@@ -52,7 +68,7 @@ def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = ()) -> tup
         for method, strategy in METHODS:
             bar.set_postfix_str(f"{name} {method} {strategy or ''}")
             plan = _solve(graph, method, strategy)
-            got = _measure(model, inputs, graph, plan)
+            got = _measure(model, inputs, graph, plan, backend)
             vanilla = vanilla or got
             smallest[(method, strategy)] = plan.peak
             peaks.append([name, f"{method}{'_' + strategy if strategy else ''}", f"{plan.peak / GIB:.3f}",
@@ -70,7 +86,7 @@ def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = ()) -> tup
                         continue
                     bar.set_postfix_str(f"{name} {method} {strategy} budget {j}")
                     plan = _solve(graph, method, strategy, budget)
-                    got = _measure(model, inputs, graph, plan)
+                    got = _measure(model, inputs, graph, plan, backend)
                     row += [f"{got / GIB:.3f}", "yes" if got <= budget else "**no**", plan.overhead]
                     bar.update()
                 budgets.append(row)
@@ -78,25 +94,37 @@ def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = ()) -> tup
     return peaks, budgets
 
 
-PEAK_HEADERS = ["network", "method", "simulated GiB", "measured GiB (fake)", "simulated / measured",
-                "measured vs vanilla", "overhead", "solve s", "trace s"]
-BUDGET_HEADERS = ["network", "strategy", "budget GiB", "exactdp measured GiB", "≤ budget", "exactdp overhead",
-                  "approxdp measured GiB", "≤ budget", "approxdp overhead"]
+def headers(backend: str) -> tuple[list[str], list[str]]:
+    """The two tables' headers, naming the backend the plans were measured on."""
+    peak = ["network", "method", "simulated GiB", f"measured GiB ({backend})", "simulated / measured",
+            "measured vs vanilla", "overhead", "solve s", "trace s"]
+    budget = ["network", "strategy", "budget GiB", f"exactdp measured GiB ({backend})", "≤ budget", "exactdp overhead",
+              f"approxdp measured GiB ({backend})", "≤ budget", "approxdp overhead"]
+    return peak, budget
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
     parser.add_argument("--budgets", type=int, default=2, help="budgets per DP between its smallest peak and vanilla")
     parser.add_argument("--slow", nargs="*", default=[], help="networks on which exactdp is not solved for budgets")
+    parser.add_argument("--backend", default="fake", choices=("fake", "cuda"),
+                        help="where the plans run: fake (paper scale on the CPU) or cuda (for real, on the GPU)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args()
-    peaks, budgets = run(args.nets, args.budgets, tuple(args.slow))
-    text = (markdown_table(PEAK_HEADERS, peaks) + "\n\nPlans solved for a budget (the simulated peak is what"
-            " the budget bounds):\n\n" + markdown_table(BUDGET_HEADERS, budgets))
+    args = parser.parse_args(argv)
+    if args.backend == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
+    peaks, budgets = run(args.nets, args.budgets, tuple(args.slow), args.backend)
+    peak_headers, budget_headers = headers(args.backend)
+    text = (markdown_table(peak_headers, peaks) + "\n\nPlans solved for a budget (the simulated peak is what"
+            " the budget bounds):\n\n" + markdown_table(budget_headers, budgets))
+    if args.backend == "cuda":
+        text = (f"`python -m benchmarks.simulator {' '.join(sys.argv[1:] if argv is None else argv)}` on {torch.cuda.get_device_name()} "
+                f"(torch {torch.__version__}, commit {head_commit()}, {date.today()})\n\n{text}")
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "simulator-table", text)
+        marker = "simulator-table" if args.backend == "fake" else "simulator-cuda-table"
+        write_section(REPO / "docs" / "benchmarks.md", marker, text)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ Exactness:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -133,7 +134,8 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
     """Drop the joint graph's dead ops and merge its identical pure ones (common subexpressions), as
     PyTorch's partitioners do before they partition, so that the step runs each computation once. A
     value the backward depends on is not merged with a forward-only one (that would make the forward
-    keep it); random ops and writes are never merged (``fx_graph_cse``)."""
+    keep it); random ops and writes are never merged (``fx_graph_cse``). An older torch (2.11) cannot key
+    the merge, so there it may merge across the two."""
     gm.graph.eliminate_dead_code()
     output = gm.graph.find_nodes(op="output")[0]
     backward = set()
@@ -143,7 +145,10 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
         if n not in backward:
             backward.add(n)
             todo.extend(n.all_input_nodes)
-    gm.graph = fx_graph_cse(gm.graph, extra_node_key=lambda n: n in backward)
+    if "extra_node_key" in inspect.signature(fx_graph_cse).parameters:
+        gm.graph = fx_graph_cse(gm.graph, extra_node_key=lambda n: n in backward)
+    else:
+        gm.graph = fx_graph_cse(gm.graph)
 
 
 def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None) -> Partition:

@@ -155,8 +155,8 @@ class _Step(torch.nn.Module):
 
             def pre(_grads: Any, key: tuple[int, str] = (fn._sequence_nr(), fn.name())) -> None:
                 mode = get_proxy_mode()
-                if mode is not None:
-                    marks.append((key, next(reversed(mode.tracer.graph.nodes)).name))
+                if mode is not None:  # iter(): in torch 2.11 reversed() gives a view, not an iterator
+                    marks.append((key, next(iter(reversed(mode.tracer.graph.nodes))).name))
 
             fn.register_prehook(pre)
             stack.extend(f for f, _ in fn.next_functions if f is not None)

@@ -1,22 +1,42 @@
-"""``benchmarks.head_to_head_cuda``: a clear refusal without a GPU; on one, every method measured on a tiny network."""
+"""The CUDA benchmarks (``benchmarks.head_to_head_cuda``, ``benchmarks.simulator --backend cuda``,
+``scripts/cuda_checks.sh``): a clear refusal without a GPU; on one, every method measured on a tiny network."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from benchmarks import head_to_head_cuda as h
+from benchmarks import simulator
+from benchmarks.common import REPO
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present: nothing to refuse")
 def test_refuses_without_cuda():
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         h.main(["--nets", "resnet50"])
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        simulator.main(["--backend", "cuda", "--nets", "resblock"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present: nothing to refuse")
+def test_cuda_checks_script_refuses_without_cuda(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", "scripts/cuda_checks.sh"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 1 and "needs a CUDA GPU" in done.stderr
+    assert not any((tmp_path / "out").iterdir())  # refused before any stage
+
+
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_every_method_runs_on_cuda():
-    points = h.run_net("resblock", iterations=1, batch=4, size=16)
+    grid = h.Grid(budgets=(0.5, 1.0), solvers=("dp",), ours=2, remat=(None, 0.0))
+    points = h.run_net("resblock", iterations=1, batch=4, size=16, grid=grid)
+    assert not [p for p in points if p.status.startswith("failed")]
     assert {p.family for p in points} == {"ours", "pytorch"}
     assert any(p.method == "min_cut" for p in points) and any("+remat" in p.method for p in points)
     ran = [p for p in points if p.status == "ok"]
