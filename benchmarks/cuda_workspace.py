@@ -1,0 +1,104 @@
+"""Where a CUDA step's peak exceeds the simulator's: the bytes each op allocates and frees inside itself.
+
+    python -m benchmarks.cuda_workspace --nets vgg19 unet --methods vanilla approxdp_tc   # on a CUDA GPU
+
+The simulator counts tensor storages; the caching allocator also hands out what a kernel needs only while
+it runs (cuDNN's and cuBLAS's workspaces). Per network and plan, at the paper's batch and size, one step
+runs under a dispatch mode that reads ``torch.cuda.memory_allocated`` before and after each op and the
+allocator's peak during it: the *transient* of an op is that peak above the larger of the two. The table
+gives the simulated peak, the measured CUDA peak, the peak the step would have had without transients
+(the largest before/after of any op), and the ops with the largest transients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from datetime import date
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import recompute
+from recompute import nets
+from recompute.measure import default_loss
+
+from .common import REPO, head_commit, markdown_table, write_section
+
+GIB, MIB = 2**30, 2**20
+
+
+class Transients(TorchDispatchMode):
+    """Per op: the allocator's peak during it above the larger of what was allocated before and after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steady = 0  # the largest allocated before or after any op
+        self.peak = 0  # the largest allocated during any op
+        self.by_op: Counter[str] = Counter()  # op → its largest transient
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = func(*args, **(kwargs or {}))
+        after, during = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+        self.steady, self.peak = max(self.steady, before, after), max(self.peak, during)
+        name = str(func.overloadpacket)
+        self.by_op[name] = max(self.by_op[name], during - max(before, after))
+        return out
+
+
+def run(name: str, labels: list[str]) -> list[list[Any]]:
+    """A row per plan (``vanilla``, ``chen``, ``approxdp_tc``, ...) of network ``name``."""
+    model, inputs = nets.build(name, seed=0)
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    rows = []
+    for label in labels:
+        method, strategy = (label[:-3], label[-2:]) if label.endswith(("_tc", "_mc")) else (label, None)
+        rows.append(_row(name, label, model, inputs, graph, recompute.plan(graph, method, strategy=strategy)))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def _row(name: str, label: str, model: torch.nn.Module, inputs: tuple, graph: recompute.Graph,
+         plan: recompute.Plan) -> list[Any]:
+    runner = recompute.execute(graph, plan, model)
+    measured = recompute.measure(model, inputs, runner=runner, backend="cuda", iterations=1).peak_bytes
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    mode = Transients()
+    with mode:
+        runner(*inputs).backward()  # traced with the loss: the runner returns it
+    for p in model.parameters():
+        p.grad = None
+    top = ", ".join(f"{op} {b / MIB:.0f}" for op, b in mode.by_op.most_common(4) if b > 0)
+    return [name, label, f"{plan.peak / GIB:.3f}", f"{measured / GIB:.3f}", f"{(mode.steady - base) / GIB:.3f}",
+            f"{(mode.peak - base) / GIB:.3f}", top]
+
+
+HEADERS = ["network", "plan", "simulated GiB", "CUDA peak GiB", "without transients GiB",
+           "under the mode GiB", "largest transients (MiB)"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nets", nargs="+", default=["vgg19", "unet", "resnet50"])
+    parser.add_argument("--methods", nargs="+", default=["vanilla", "approxdp_tc", "exactdp_tc"])
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks.cuda_workspace needs a CUDA GPU (torch.cuda.is_available() is False)")
+    rows = [row for name in args.nets for row in run(name, args.methods)]
+    command = " ".join(["python -m benchmarks.cuda_workspace", *(sys.argv[1:] if argv is None else argv)])
+    text = (f"`{command}` on {torch.cuda.get_device_name()} (torch {torch.__version__}, commit {head_commit()}, "
+            f"{date.today()})\n\n{markdown_table(HEADERS, rows)}")
+    print(text)
+    if args.write:
+        write_section(REPO / "docs" / "benchmarks.md", "cuda-workspace", text)
+
+
+if __name__ == "__main__":
+    main()
