@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -50,33 +51,47 @@ class Transients(TorchDispatchMode):
         return out
 
 
-def run(name: str, labels: list[str]) -> list[list[Any]]:
-    """A row per plan (``vanilla``, ``chen``, ``approxdp_tc``, ...) of network ``name``."""
-    model, inputs = nets.build(name, seed=0)
+@dataclass
+class Breakdown:
+    """One plan's CUDA step beside its simulated peak (bytes above what existed before the step)."""
+
+    network: str
+    plan: str
+    simulated: int
+    measured: int  # recompute.measure(backend="cuda")
+    steady: int  # the largest allocated before or after any op: the peak without transients
+    during: int  # the largest allocated during any op, under the mode
+    transients: dict[str, int]  # op → its largest transient, the largest first
+
+    def row(self) -> list[str]:
+        top = ", ".join(f"{op} {b / MIB:.0f}" for op, b in list(self.transients.items())[:4] if b > 0)
+        return [self.network, self.plan, *(f"{b / GIB:.3f}" for b in (self.simulated, self.measured, self.steady,
+                                                                       self.during)), top]
+
+
+def run(name: str, labels: list[str], batch: int | None = None, size: int | None = None) -> list[Breakdown]:
+    """A breakdown per plan (``vanilla``, ``chen``, ``approxdp_tc``, ...) of network ``name``, at the
+    paper's batch and input size unless given."""
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
-    rows = []
+    out = []
     for label in labels:
         method, strategy = (label[:-3], label[-2:]) if label.endswith(("_tc", "_mc")) else (label, None)
-        rows.append(_row(name, label, model, inputs, graph, recompute.plan(graph, method, strategy=strategy)))
-        print(" | ".join(rows[-1]), flush=True)
-    return rows
-
-
-def _row(name: str, label: str, model: torch.nn.Module, inputs: tuple, graph: recompute.Graph,
-         plan: recompute.Plan) -> list[Any]:
-    runner = recompute.execute(graph, plan, model)
-    measured = recompute.measure(model, inputs, runner=runner, backend="cuda", iterations=1).peak_bytes
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    mode = Transients()
-    with mode:
-        runner(*inputs).backward()  # traced with the loss: the runner returns it
-    for p in model.parameters():
-        p.grad = None
-    top = ", ".join(f"{op} {b / MIB:.0f}" for op, b in mode.by_op.most_common(4) if b > 0)
-    return [name, label, f"{plan.peak / GIB:.3f}", f"{measured / GIB:.3f}", f"{(mode.steady - base) / GIB:.3f}",
-            f"{(mode.peak - base) / GIB:.3f}", top]
+        plan = recompute.plan(graph, method, strategy=strategy)
+        runner = recompute.execute(graph, plan, model)
+        measured = recompute.measure(model, inputs, runner=runner, backend="cuda", iterations=1).peak_bytes
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        mode = Transients()
+        with mode:
+            runner(*inputs).backward()  # traced with the loss: the runner returns it
+        for p in model.parameters():
+            p.grad = None
+        out.append(Breakdown(name, label, plan.peak, measured, mode.steady - base, mode.peak - base,
+                             dict(mode.by_op.most_common())))
+        print(" | ".join(out[-1].row()), flush=True)
+    return out
 
 
 HEADERS = ["network", "plan", "simulated GiB", "CUDA peak GiB", "without transients GiB",
@@ -91,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.cuda_workspace needs a CUDA GPU (torch.cuda.is_available() is False)")
-    rows = [row for name in args.nets for row in run(name, args.methods)]
+    rows = [b.row() for name in args.nets for b in run(name, args.methods)]
     command = " ".join(["python -m benchmarks.cuda_workspace", *(sys.argv[1:] if argv is None else argv)])
     text = (f"`{command}` on {torch.cuda.get_device_name()} (torch {torch.__version__}, commit {head_commit()}, "
             f"{date.today()})\n\n{markdown_table(HEADERS, rows)}")

@@ -30,7 +30,7 @@ import json
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Sequence
@@ -90,6 +90,7 @@ class Point(Method):
             (inductor's decomposed ops, run one by one). Methods are compared by it.
         saved_bytes: the activations the forward module keeps for backward (None: not a partition).
         exact: the step computes what the unpartitioned one does (same ops, random ops never recomputed).
+        commit: the commit the point was made at (a network's points are kept across runs of others).
     """
 
     peak: int
@@ -97,6 +98,7 @@ class Point(Method):
     time_ratio: float
     saved_bytes: int | None
     exact: bool = True
+    commit: str = ""
 
 
 def _capture(name: str, batch: int, size: int) -> JointCapture:
@@ -341,6 +343,14 @@ def load(name: str, folder: Path = FIGURES) -> list[Point] | None:
     return [Point(**r) for r in rows] if rows and "time_ratio" in rows[0] else None
 
 
+def provenance(done: dict[str, list[Point]]) -> str:
+    """Which networks' points were made at which commit."""
+    by_commit: dict[str, list[str]] = {}
+    for name, points in done.items():
+        by_commit.setdefault(points[0].commit or "unknown", []).append(name)
+    return "; ".join(f"commit {c}: {', '.join(names)}" for c, names in by_commit.items())
+
+
 def report(done: dict[str, list[Point]], header: str) -> str:
     names = sorted(done, key=lambda n: NETWORKS.index(n) if n in NETWORKS else len(NETWORKS))
     tables = [f"**{n}** (batch {done[n][0].batch_size}, {done[n][0].input_size}²)\n\n{net_table(done[n])}" for n in names]
@@ -369,8 +379,9 @@ def main() -> None:
         running = {pool.submit(_net_points, name, args.budgets, args.repeats): name for name in args.nets}
         for future in as_completed(running):
             name = running[future]
-            done[name] = future.result()
-            header = f"`{command}` (commit {commit}, {date.today()}, {time.perf_counter() - start:.0f} s so far)"
+            done[name] = [replace(p, commit=commit) for p in future.result()]
+            header = (f"`{command}` (last run {date.today()}: {', '.join(args.nets)}, {time.perf_counter() - start:.0f} s"
+                      f" so far; `--nets` runs some and keeps the others' points). Points made at {provenance(done)}.")
             print(net_table(done[name]), flush=True)
             if args.write:
                 save(done[name])

@@ -51,3 +51,11 @@ def test_equal_times_summed_in_another_order_are_equal():
     assert h.best_at([ours], ratio=theirs.time_ratio) is ours
     slower = h.Point("n", 1, 1, "approxdp_tc", "", "ours", 80, 0.6, 1.0 + 1e-7, None)
     assert h.best_at([slower], ratio=theirs.time_ratio) is None
+
+
+def test_the_report_names_the_commit_of_each_networks_points(tmp_path):
+    old = h.Point("a", 1, 1, "vanilla", "", "ours", 100, 1.0, 1.0, None, commit="abc1234")
+    new = h.Point("b", 1, 1, "vanilla", "", "ours", 100, 1.0, 1.0, None, commit="def5678")
+    h.save([old], tmp_path)
+    assert h.load("a", tmp_path)[0].commit == "abc1234"  # kept in the JSON, read back
+    assert h.provenance({"a": [old], "b": [new]}) == "commit abc1234: a; commit def5678: b"

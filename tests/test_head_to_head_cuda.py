@@ -1,5 +1,6 @@
 """The CUDA benchmarks (``benchmarks.head_to_head_cuda``, ``benchmarks.simulator --backend cuda``,
-``scripts/cuda_checks.sh``): a clear refusal without a GPU; on one, every method measured on a tiny network."""
+``benchmarks.cuda_workspace``, ``scripts/cuda_checks.sh``): a clear refusal without a GPU; on one, each
+runs on a tiny network."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from benchmarks import cuda_workspace
 from benchmarks import head_to_head_cuda as h
 from benchmarks import simulator
 from benchmarks.common import REPO
@@ -21,6 +23,8 @@ def test_refuses_without_cuda():
         h.main(["--nets", "resnet50"])
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         simulator.main(["--backend", "cuda", "--nets", "resblock"])
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        cuda_workspace.main(["--nets", "resblock"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present: nothing to refuse")
@@ -43,3 +47,12 @@ def test_every_method_runs_on_cuda():
     assert ran and all(p.peak > 0 and p.seconds > 0 for p in ran)
     assert next(p for p in points if p.method == "vanilla").status == "ok"
     assert "vanilla" in h.net_table(points)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_without_transients_the_cuda_peak_is_the_simulated_one():
+    for b in cuda_workspace.run("resblock", ["vanilla", "approxdp_tc"], batch=4, size=16):
+        # the allocator rounds each block up to 512 bytes: a few hundred tensors stay under 1 MiB
+        assert b.simulated <= b.steady <= b.simulated + 2**20, b
+        assert b.steady <= b.measured and b.transients, b
