@@ -58,7 +58,7 @@ from .fxnodes import output_tensors, runs_once
 from .graph import Graph
 from .joint import JointProgram
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
-from .remat import rematerialize
+from .remat import recompute_late, rematerialize
 from .schedule import Instance, Schedule
 from .simulate import simulate
 from .trace import Program, graph_of
@@ -161,6 +161,9 @@ def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = 
         cheaper = rematerialize(g.program, s, weight=remat)
         if cheaper is not s and (cheaper_peak := simulate(g.program, cheaper).peak) <= peak:
             s, peak = cheaper, cheaper_peak
+        later = recompute_late(g.program, s)
+        if later is not s and (later_peak := simulate(g.program, later).peak) <= peak:
+            s, peak = later, later_peak
     fw, bw, saved = _split(g.program, s, num_fwd_outputs)
     joint = g.program.joint
     return Partition(graph=g, plan=p, schedule=s, saved=saved, saved_bytes=activation_bytes([joint.node(n) for n in saved]),

@@ -232,3 +232,65 @@ def _written(node: fx.Node) -> int:
     """Bytes an op writes: its output's (a view writes nothing)."""
     val = node.meta["val"]
     return 0 if node.target.is_view else val.numel() * val.element_size()
+
+
+def recompute_late(p: "Program", s: Schedule, min_gap: int = 8) -> Schedule:
+    """``s`` with each :func:`cheap` value its backward phase recomputes and reads early and again more
+    than ``min_gap`` steps later (a ReLU output a recomputed convolution reads, whose backward reads it
+    again only when its turn comes) computed once more right before the later reads instead of held in
+    between. What the new copy reads is taken as it stands, or recomputed in turn where it is cheap and
+    nothing reads it from there on (BatchNorm's normalisation chain back to the concatenation it
+    normalises). Every read still follows the step that makes what it reads."""
+    joint = p.joint
+    b = s.backward_start
+    readers: dict[Instance, list[int]] = {}
+    for i in range(b, len(s)):
+        for r in s.reads[i]:
+            readers.setdefault(r, []).append(i)
+    made = {inst: i for i, inst in enumerate(s.steps)}
+    latest: dict[str, int] = {}
+    for name, copy in s.steps:
+        latest[name] = max(latest.get(name, 0), copy)
+    before: dict[int, list[tuple[Instance, tuple[Instance, ...]]]] = {}  # position → steps inserted there
+    moved: dict[tuple[int, Instance], Instance] = {}  # (reading step, old instance) → new instance
+    for i in range(b, len(s)):
+        inst = s.steps[i]
+        if inst[1] == 0 or not cheap(joint.node(inst[0])):
+            continue
+        at = readers.get(inst, [])
+        gaps = [(at[j] - at[j - 1], j) for j in range(1, len(at))]
+        if not gaps or max(gaps)[0] <= min_gap:
+            continue
+        late = at[max(gaps)[1]]
+        added: dict[Instance, Instance] = {}
+
+        def again(x: Instance) -> Instance:  # x computed anew right before step ``late``
+            if x in added:
+                return added[x]
+            step = made[x]
+            reads = tuple(again(r) if r[1] > 0 and r in made and made[r] >= b and cheap(joint.node(r[0]))
+                          and max(readers.get(r, [0])) < late else r for r in s.reads[step])
+            latest[x[0]] += 1
+            added[x] = (x[0], latest[x[0]])
+            before.setdefault(late, []).append((added[x], reads))
+            return added[x]
+
+        new = again(inst)
+        for j in at:
+            if j >= late:
+                moved[(j, inst)] = new
+    if not before:
+        return s
+    steps, reads, block = list(s.steps[:b]), list(s.reads[:b]), list(s.block[:b]) if s.block else []
+    at = list(range(b))  # old step index → new
+    for i in range(b, len(s)):
+        for inst, r in before.get(i, ()):
+            steps.append(inst)
+            reads.append(r)
+            block.extend([s.block[i]] if s.block else [])
+        at.append(len(steps))
+        steps.append(s.steps[i])
+        reads.append(tuple(moved.get((i, r), r) for r in s.reads[i]))
+        block.extend([s.block[i]] if s.block else [])
+    return Schedule(steps=steps, reads=reads, backward_start=b, block=block,
+                    release={at[i]: insts for i, insts in s.release.items()})
