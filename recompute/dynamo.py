@@ -153,8 +153,9 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
 
 def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None) -> Partition:
     """The forward and backward modules of plan ``p`` on the joint graph of ``g`` (random ops kept
-    from the forward; with ``remat``, cheap ops recomputed where that keeps fewer bytes and the
-    simulated peak does not rise, so that a budget still bounds it)."""
+    from the forward; with ``remat``, cheap ops recomputed where that keeps fewer bytes, and again
+    before late reads in the backward, each step taken where the simulated peak does not rise, so
+    that a budget still bounds it)."""
     s = _kept_from_forward(g.program, p.runs(g))
     peak = simulate(g.program, s).peak
     if remat is not None:

@@ -25,6 +25,12 @@ reads, and its output be kept in place of its operands (a bool mask is a quarter
 ReLU output it replaces where nothing else of the backward reads that output: before each of
 VGG's max-pools). Such an op is a value of the cut like a forward one, except that leaving it in the
 backward is free (that is where it runs), so keeping it is chosen only where it keeps fewer bytes.
+
+Inside the backward phase, :func:`recompute_late` shortens what a recomputed block holds: where the
+block recomputes its convolutions, each layer's cheap chain (concatenation, normalisation, ReLU) is
+read by the recomputed convolution and again, much later, by that layer's backward; it is computed a
+third time right before the later read instead of being held in between (DenseNet-161's smallest
+compiled plan: 1463 → 1034 MiB).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from .storage import joint_table
 if TYPE_CHECKING:
     from .trace import Program
 
-__all__ = ["cheap", "cheapest_kept", "rematerialize"]
+__all__ = ["cheap", "cheapest_kept", "recompute_late", "rematerialize"]
 
 # ops a partitioner may run again in the backward at the cost of one pass over their operands; the
 # last turns inductor's int8 max-pool offsets into the int64 indices max-pool's backward reads
