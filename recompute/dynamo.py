@@ -153,17 +153,17 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
 
 def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None) -> Partition:
     """The forward and backward modules of plan ``p`` on the joint graph of ``g`` (random ops kept
-    from the forward; with ``remat``, cheap ops recomputed where that keeps fewer bytes, and again
-    before late reads in the backward, each step taken where the simulated peak does not rise, so
-    that a budget still bounds it)."""
+    from the forward; with ``remat``, cheap ops recomputed where that keeps fewer bytes and the
+    simulated peak does not rise, so that a budget still bounds it, and again before late reads in
+    the backward where that lowers the peak)."""
     s = _kept_from_forward(g.program, p.runs(g))
     peak = simulate(g.program, s).peak
     if remat is not None:
         cheaper = rematerialize(g.program, s, weight=remat)
         if cheaper is not s and (cheaper_peak := simulate(g.program, cheaper).peak) <= peak:
             s, peak = cheaper, cheaper_peak
-        later = recompute_late(g.program, s)
-        if later is not s and (later_peak := simulate(g.program, later).peak) <= peak:
+        later = recompute_late(g.program, s)  # more recomputation: worth it only for a lower peak
+        if later is not s and (later_peak := simulate(g.program, later).peak) < peak:
             s, peak = later, later_peak
     fw, bw, saved = _split(g.program, s, num_fwd_outputs)
     joint = g.program.joint
