@@ -64,6 +64,8 @@ from .simulate import simulate
 from .trace import Program, graph_of
 from .validate import check_budget, check_cost_model
 
+_KEYED_CSE = "extra_node_key" in inspect.signature(fx_graph_cse).parameters  # torch 2.11 lacks it
+
 __all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of"]
 
 RUNTIMES = ("eager", "inductor")
@@ -145,7 +147,7 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
         if n not in backward:
             backward.add(n)
             todo.extend(n.all_input_nodes)
-    if "extra_node_key" in inspect.signature(fx_graph_cse).parameters:
+    if _KEYED_CSE:
         gm.graph = fx_graph_cse(gm.graph, extra_node_key=lambda n: n in backward)
     else:
         gm.graph = fx_graph_cse(gm.graph)

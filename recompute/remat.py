@@ -274,7 +274,7 @@ def recompute_late(p: "Program", s: Schedule, min_gap: int = 8) -> Schedule:
             if x in added:
                 return added[x]
             step = made[x]
-            reads = tuple(again(r) if r[1] > 0 and r in made and made[r] >= b and cheap(joint.node(r[0]))
+            reads = tuple(again(r) if r[1] > 0 and cheap(joint.node(r[0]))
                           and max(readers.get(r, [0])) < late else r for r in s.reads[step])
             latest[x[0]] += 1
             added[x] = (x[0], latest[x[0]])
