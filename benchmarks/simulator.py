@@ -14,8 +14,9 @@ totals).
 
 With ``--backend cuda`` each network and its inputs are real tensors on the GPU and each schedule runs
 for real (``torch.cuda.max_memory_allocated`` above what existed before the step): what the caching
-allocator hands out (cuDNN's workspaces included) against what the simulator predicts. Its table goes to
-its own section, headed by the device, torch version, commit and command.
+allocator hands out against what the simulator predicts, the ops' workspaces included (traced on the
+GPU, each op's is measured there: ``recompute.workspace``). Its table goes to its own section, headed
+by the device, torch version, commit and command.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = (),
             peaks.append([name, f"{method}{'_' + strategy if strategy else ''}", f"{plan.peak / GIB:.3f}",
                           f"{got / GIB:.3f}", f"{plan.peak / got:.4f}", f"{got / vanilla - 1:+.1%}",
                           plan.overhead, f"{plan.solve_seconds:.2f}", f"{trace_s:.1f}"])
+            tqdm.write(" | ".join(map(str, peaks[-1])))  # a run cut short still shows its rows
             bar.update()
         for strategy in ("tc", "mc"):
             low = smallest[("approxdp", strategy)]
@@ -90,6 +92,7 @@ def run(net_names: list[str], n_budgets: int, slow: tuple[str, ...] = (),
                     row += [f"{got / GIB:.3f}", "yes" if got <= budget else "**no**", plan.overhead]
                     bar.update()
                 budgets.append(row)
+                tqdm.write(" | ".join(map(str, row)))
     bar.close()
     return peaks, budgets
 

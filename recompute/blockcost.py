@@ -17,7 +17,8 @@ which is eq. (2)'s shape (Kusumoto et al. 2019, §3) with the simulator's number
   after its last read); for the last block (L′ = V) its forward and backward phases in one replay. It
   counts the values of the step that outlive their ops — BatchNorm statistics until the forward phase
   ends, the step's outputs, parameter gradients, the tangents in backward, gradients on their way
-  from blocks above to blocks below — exactly as the simulator does.
+  from blocks above to blocks below — and each op's workspace at its step (``Program.workspace``),
+  exactly as the simulator does.
 
 :class:`BlockCosts` holds the joint graph as integer arrays (storages, their readers, each backward op's
 block rule) and evaluates B(L, L′) for bitset-encoded lower sets in a numba kernel; the property tests
@@ -87,6 +88,7 @@ class BlockCosts:
     read_ptr: np.ndarray  # storage s → ops that read it (directly or through an alias)
     read_idx: np.ndarray
     st_size: np.ndarray
+    ws: np.ndarray  # op x → the bytes it allocates and frees inside itself (a CUDA workspace)
     st_node: np.ndarray  # forward storage → its node of V; −1 for backward storages
     st_out: np.ndarray  # a step output, a parameter gradient or a BatchNorm statistic: alive to the end
     st_held: np.ndarray  # kept until its block's backward when its node is cached (``schedule.held``)
@@ -196,10 +198,11 @@ class BlockCosts:
         k_ptr, k_idx = _csr([[] for _ in range(n_fwd)] + k_lists)
         make_ptr, make_idx = _csr(make)
         read_ptr, read_idx = _csr(readers)
+        ws = np.array([p.workspace.get(x.name, 0) for x in ops], np.int64)
         return cls(
             n=n, n_fwd=n_fwd, fwd_ptr=fwd_ptr, fwd_idx=fwd_idx, key_ptr=key_ptr, key_idx=key_idx, k_ptr=k_ptr,
             k_idx=k_idx, make_ptr=make_ptr, make_idx=make_idx, read_ptr=read_ptr, read_idx=read_idx, st_size=size,
-            st_node=node_of, st_out=st_out, st_held=st_held, cache=cache, saved=saved,
+            ws=ws, st_node=node_of, st_out=st_out, st_held=st_held, cache=cache, saved=saved,
             outs=o_bytes, has_own=has_own, constant=int(constant), tangents=int(tangents),
             out_total=int(o_bytes.sum()),
         )
@@ -207,7 +210,7 @@ class BlockCosts:
     def arrays(self) -> tuple:
         """The kernel's view of the joint graph (a tuple numba takes as one argument)."""
         return (self.n_fwd, self.fwd_ptr, self.fwd_idx, self.key_ptr, self.key_idx, self.k_ptr, self.k_idx,
-                self.make_ptr, self.make_idx, self.read_ptr, self.read_idx, self.st_size, self.st_node,
+                self.make_ptr, self.make_idx, self.read_ptr, self.read_idx, self.st_size, self.ws, self.st_node,
                 self.st_out, self.st_held, self.cache, self.outs, np.int64(self.constant),
                 np.int64(self.tangents), np.int64(self.out_total))
 
@@ -263,7 +266,7 @@ class FamilyCosts:
         """A family of no graph: the placeholder arguments of a DP run that does not use the simulator."""
         z, b = np.zeros(1, np.int64), np.zeros(1, bool)
         costs = BlockCosts(n=0, n_fwd=0, fwd_ptr=z, fwd_idx=z, key_ptr=z, key_idx=z, k_ptr=z, k_idx=z, make_ptr=z,
-                           make_idx=z, read_ptr=z, read_idx=z, st_size=z, st_node=z, st_out=b, st_held=b, cache=z,
+                           make_idx=z, read_ptr=z, read_idx=z, st_size=z, ws=z, st_node=z, st_out=b, st_held=b, cache=z,
                            saved=z, outs=z, has_own=b, constant=0, tangents=0, out_total=0)
         bits = np.zeros((1, 1), np.uint64)
         return cls(costs, bits, bits, np.zeros(2, np.int64), z, z, z, _scratch(1, 1, 1))
@@ -271,9 +274,9 @@ class FamilyCosts:
 
 def _scratch(n_ops: int, n_st: int, n: int) -> tuple:
     """Work arrays of :func:`_pair_cost`: a stamp, per op its stamp and step, the steps, the live-bytes
-    deltas, the (birth, death, bytes) events, the block's nodes."""
+    deltas, the (birth, death, bytes) events (a storage's, or a workspace's), the block's nodes."""
     return (np.zeros(1, np.int64), np.full(n_ops, -1, np.int64), np.zeros(n_ops, np.int64), np.empty(n_ops, np.int64),
-            np.zeros(n_ops + 2, np.int64), np.empty((n_st + 16, 3), np.int64), np.empty(max(n, 1), np.int64))
+            np.zeros(n_ops + 2, np.int64), np.empty((n_st + n_ops + 16, 3), np.int64), np.empty(max(n, 1), np.int64))
 
 
 def unpack_rows(bits: np.ndarray, n: int) -> np.ndarray:
@@ -301,7 +304,7 @@ def _meets(bits: np.ndarray, r: int, k_ptr: np.ndarray, k_idx: np.ndarray, x: in
 
 @numba.njit(cache=True)
 def _crossing(bits, n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx,
-              st_size, st_node, st_out, st_held, cache, outs, constant, tangents, out_total):  # fmt: skip
+              st_size, ws, st_node, st_out, st_held, cache, outs, constant, tangents, out_total):  # fmt: skip
     """Per set L′: the backward storages made before its block and read in it or after (gradients on
     their way down), and the bytes of parameter gradients made before it."""
     k = bits.shape[0]
@@ -368,7 +371,7 @@ def _block_nodes(bits, i, j, out):
 def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in, arrays, scratch):
     """B(L_i, L_j) (the module docstring): the larger of the block's forward and backward phases, or
     both at once for the last block (j is the family's last row, V)."""
-    (n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx, st_size,
+    (n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx, st_size, ws,
      st_node, st_out, st_held, cache, outs, constant, tangents, out_total) = arrays
     stamp_box, mark, step_of, steps, delta, events, nodes = scratch
     n = fwd_ptr.shape[0] - 1
@@ -408,6 +411,7 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
                                last and v < 0)
             events[ev, 0], events[ev, 1], events[ev, 2] = t, death, st_size[s]
             ev += 1
+    ev = _add_workspaces(srt, m, ws, events, ev)
     if last:
         if m > f and tangents > 0:  # the tangents arrive when the forward phase ends
             events[ev, 0], events[ev, 1], events[ev, 2] = f, m - 1, tangents
@@ -444,6 +448,7 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
                                st_node[s] < 0)
             events[ev, 0], events[ev, 1], events[ev, 2] = t, death, st_size[s]
             ev += 1
+    ev = _add_workspaces(srt, m, ws, events, ev)
     for e in range(crossing_ptr[j], crossing_ptr[j + 1]):
         s = crossing_idx[e]
         events[ev, 0], events[ev, 2] = 0, st_size[s]
@@ -451,6 +456,16 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
         ev += 1
     base = constant + tangents + out_total + before[j] + cached
     return max(fwd_peak, _replay(m, base, events, ev, delta))
+
+
+@numba.njit(cache=True)
+def _add_workspaces(srt, m, ws, events, ev):
+    """An event for each step's workspace (alive during that step alone); returns the event count."""
+    for t in range(m):
+        if ws[srt[t]] > 0:
+            events[ev, 0], events[ev, 1], events[ev, 2] = t, t, ws[srt[t]]
+            ev += 1
+    return ev
 
 
 @numba.njit(cache=True)

@@ -4,7 +4,9 @@ It replays the schedule the way :mod:`recompute.execute` runs it and :mod:`recom
 meters it: every op instance allocates its outputs (the storages of :mod:`recompute.storage`: each
 output of a multi-output op its own, views and ``getitem`` their base's), the peak is taken with the
 op's inputs and outputs alive, and then every storage whose last use (over all its views) has passed
-is freed. Parameters, buffers and inputs exist before the step and are not counted; the tangents
+is freed; an op that allocates and frees memory inside itself (a CUDA workspace, ``Program.workspace``,
+:mod:`recompute.workspace`) adds it at its step. Parameters, buffers and inputs exist before the step
+and are not counted; the tangents
 arrive when the backward phase starts and are held by the caller until it ends; the step's outputs
 (parameter gradients, the model's outputs) live to the end, and the new BatchNorm statistics until
 the forward phase ends, when they are written to the buffers.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch.fx as fx
@@ -38,7 +40,7 @@ class Simulation:
     Attributes:
         peak: the highest number of live bytes.
         peak_step: the step at which it happens.
-        live: live bytes after each step's allocation (the memory curve).
+        live: live bytes after each step's allocation, its op's workspace included (the memory curve).
     """
 
     peak: int
@@ -47,11 +49,11 @@ class Simulation:
 
 
 def _replay(size: np.ndarray, creates: list[list[tuple[int, int]]], last: Mapping[tuple[int, int], int],
-            arrive: int, arriving: Iterable[tuple[int, int]]) -> Simulation:  # fmt: skip
+            arrive: int, arriving: Iterable[tuple[int, int]], transient: Sequence[int] | None = None) -> Simulation:  # fmt: skip
     """Live bytes step by step: storage instances (storage, copy) appear when their step creates them
     (``arriving`` ones at step ``arrive``) and are freed after their ``last`` step; one that nothing
-    reads dies right after the step that made it. Storages neither created nor arriving (parameters,
-    inputs) are not counted."""
+    reads dies right after the step that made it; ``transient[step]`` bytes exist during the step
+    alone. Storages neither created nor arriving (parameters, inputs) are not counted."""
     n = len(creates)
     arriving = list(arriving)
     counted = {st for made in creates for st in made} | set(arriving)  # not constants read by the steps
@@ -68,9 +70,9 @@ def _replay(size: np.ndarray, creates: list[list[tuple[int, int]]], last: Mappin
             live_now += arrived
         for st in creates[step]:
             live_now += int(size[st[0]])
-        curve[step] = live_now
-        if live_now > peak:
-            peak, peak_step = live_now, step
+        curve[step] = live_now + (transient[step] if transient is not None else 0)
+        if curve[step] > peak:
+            peak, peak_step = int(curve[step]), step
         for st in dies.get(step, ()):
             live_now -= int(size[st[0]])
         for st in creates[step]:
@@ -122,7 +124,8 @@ def simulate(p: "Program", s: Schedule) -> Simulation:
     _extend(last, tangents, n)
     for x in [*joint.user_outputs, *(node(g) for g in joint.gradients)]:
         _extend(last, storages((x.name, 0)), n)
-    return _replay(table.size, creates, last, s.backward_start, tangents)
+    transient = [p.workspace.get(name, 0) for name, _ in s.steps] if p.workspace else None
+    return _replay(table.size, creates, last, s.backward_start, tangents, transient)
 
 
 def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,

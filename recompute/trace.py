@@ -21,7 +21,7 @@ import re
 import time as _time
 import traceback
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -34,6 +34,7 @@ from .fxnodes import is_random, output_tensors
 from .joint import JointProgram, StepError, trace_step
 from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
+from .workspace import step_workspace
 
 __all__ = ["trace", "graph_of", "TraceError", "Program"]
 
@@ -56,6 +57,9 @@ class Program:
         prologue: forward fx nodes outside V, run once per step before the forward pass:
             computations on parameters and buffers alone, and views of the inputs.
         loss: whether the traced step ends in a loss (``trace(..., loss_fn=...)``).
+        workspace: joint fx node name → the bytes its op allocates and frees inside itself on the
+            device (:mod:`recompute.workspace`; measured where the step runs on a CUDA device, empty
+            elsewhere). The simulator adds them at the op's step.
     """
 
     joint: JointProgram
@@ -65,6 +69,7 @@ class Program:
     owner: dict[str, int]
     loss: bool = False
     trace_seconds: float = 0.0
+    workspace: dict[str, int] = field(default_factory=dict)
 
     @property
     def gm(self) -> fx.GraphModule:
@@ -235,6 +240,7 @@ def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "pape
     docstring). :func:`trace` builds it from ``aot_export_module``'s joint graph; the
     ``torch.compile`` backend (:mod:`recompute.dynamo`) from the one AOTAutograd partitions."""
     program = _condense(joint, loss=loss)
+    program.workspace = step_workspace(joint.gm)
     preds, mem, names, ops = _graph_lists(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)

@@ -92,7 +92,7 @@ def test_planners_declare_their_options():
 @pytest.mark.parametrize("name", ["resnet50", "vgg19", "googlenet", "unet"])
 def test_simulated_peak_against_a_cuda_step(name):
     # what the caching allocator hands out: the simulated storages, each rounded up to its 512-byte
-    # blocks, and cuDNN's transient workspaces (the bound is what a real step showed, docs/benchmarks.md)
+    # blocks, and the ops' workspaces (traced on the GPU, measured there: recompute.workspace)
     model, inputs = nets.build(name, batch_size=2, input_size=64 if name == "unet" else 32, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
@@ -100,4 +100,4 @@ def test_simulated_peak_against_a_cuda_step(name):
         p = recompute.plan(graph, method, strategy=strategy)
         got = measure(model, inputs, runner=recompute.execute(graph, p, model), backend="cuda", iterations=1).peak_bytes
         print(f"{name} {method}: simulated {p.peak}, cuda {got} ({got / p.peak:.4f})")
-        assert p.peak <= got <= 1.25 * p.peak, method
+        assert abs(got - p.peak) <= 0.01 * p.peak + 2**20, method

@@ -1,0 +1,118 @@
+"""Workspaces (:mod:`recompute.workspace`): what an op allocates and frees inside itself on a CUDA device
+is counted by the simulator at the op's step and by the DPs' block costs alike, so a plan's peak and
+its budget hold on the GPU."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import recompute
+from recompute import lowerset, nets
+from recompute.blockcost import BlockCosts
+from recompute.measure import default_loss, measure
+from recompute.schedule import canonical
+from recompute.simulate import simulate
+from recompute.workspace import Workspace
+
+from .models import RandomDAGNet
+from .test_blockcost import _agree, _random_sequences, _sequences, _small_graph
+
+
+def _with_workspaces(graph: recompute.Graph, rng: random.Random, share: float = 0.3) -> recompute.Graph:
+    """``graph`` with random workspaces on a ``share`` of its ops (as cuDNN's on convolutions), up to
+    twice its largest value."""
+    p = graph.program
+    ops = [x.name for x in p.joint.gm.graph.nodes if x.op == "call_function"]
+    p.workspace = {name: rng.randrange(1, 2 * int(graph.mem.max()) + 1) for name in ops if rng.random() < share}
+    vars(p).pop("block_costs", None)  # built from the program once; build again with the workspaces
+    return graph
+
+
+def test_the_simulator_adds_an_ops_workspace_at_its_step_alone():
+    model, inputs = nets.build("resblock")
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    assert graph.program.workspace == {}  # traced on the CPU: no workspace is the allocator's to see
+    schedule = canonical(graph, [graph.nodes])
+    plain = simulate(graph.program, schedule)
+    for step in (0, plain.peak_step, len(schedule.steps) - 1):
+        name = schedule.steps[step][0]
+        for extra in (1, plain.peak):
+            graph.program.workspace = {name: extra}
+            got = simulate(graph.program, schedule)
+            assert got.live[step] == plain.live[step] + extra
+            assert (got.live - plain.live).sum() == extra  # during its step, not after
+            assert got.peak == max(plain.peak, int(plain.live[step]) + extra)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_block_costs_equal_the_simulator_with_workspaces(seed):
+    rng = random.Random(seed)
+    graph = _with_workspaces(recompute.trace(RandomDAGNet(seed), (torch.randn(2, 4, 6, 6),), loss_fn=default_loss), rng)
+    assume(BlockCosts.build(graph) is not None)
+    _agree(graph, _random_sequences(graph, rng, 6))
+
+
+@pytest.mark.parametrize("name", ["resnet50", "googlenet"])
+def test_block_costs_equal_the_simulator_with_workspaces_on_the_zoo(name):
+    model, inputs = nets.build(name, fake_inputs=True, batch_size=2, input_size=32)
+    rng = random.Random(0)
+    graph = _with_workspaces(recompute.trace(model, inputs, loss_fn=default_loss), rng)
+    _agree(graph, _random_sequences(graph, rng, 8))
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_exactdp_plans_around_workspaces_like_the_brute_force(seed):
+    graph = _with_workspaces(_small_graph(seed), random.Random(seed), share=0.5)
+    found = [(simulate(graph.program, canonical(graph, seq)).peak, lowerset.overhead(graph, seq))
+             for seq in _sequences(graph)]
+    smallest = min(peak for peak, _ in found)
+    assert recompute.plan(graph, "exactdp").peak == smallest
+    budget = (smallest + max(p for p, _ in found)) // 2
+    tc = recompute.plan(graph, "exactdp", strategy="tc", budget=budget)
+    assert tc.peak <= budget and tc.overhead == min(t for peak, t in found if peak <= budget)
+    with pytest.raises(recompute.InfeasibleBudget) as err:
+        recompute.plan(graph, "exactdp", budget=smallest - 1)
+    assert err.value.min_budget == smallest
+
+
+def test_every_planner_reports_the_peak_with_workspaces():
+    model, inputs = nets.build("resnet50", fake_inputs=True, batch_size=2, input_size=32)
+    graph = _with_workspaces(recompute.trace(model, inputs, loss_fn=default_loss), random.Random(5))
+    vanilla = recompute.plan(graph, "vanilla")
+    low = recompute.plan(graph, "approxdp", strategy="tc")
+    budget = (low.peak + vanilla.peak) // 2
+    for method, strategy in (("chen", None), ("approxdp", "tc"), ("approxdp", "mc"), ("exactdp", "tc")):
+        p = recompute.plan(graph, method, strategy=strategy, budget=None if method == "chen" else budget)
+        assert p.peak == simulate(graph.program, p.runs(graph)).peak
+        if method != "chen":
+            assert p.peak <= budget
+
+
+def test_workspaces_are_measured_on_cuda_only():
+    with pytest.raises(ValueError, match="CUDA caching allocator"):
+        Workspace("cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["vgg19", "unet", "resnet50"])
+def test_the_simulated_peak_with_workspaces_is_the_cuda_step_and_budgets_hold(name):
+    # the caching allocator rounds each storage up to 512 bytes: a few hundred KiB over a step
+    model, inputs = nets.build(name, batch_size=4, input_size=128 if name == "unet" else 64, seed=0)
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    assert graph.program.workspace, "cuDNN's convolutions take workspaces at these sizes"
+    vanilla = recompute.plan(graph, "vanilla")
+    low = recompute.plan(graph, "approxdp", strategy="tc")
+    for p in (vanilla, low, recompute.plan(graph, "approxdp", strategy="tc", budget=(low.peak + vanilla.peak) // 2)):
+        got = measure(model, inputs, runner=recompute.execute(graph, p, model), backend="cuda", iterations=1).peak_bytes
+        print(f"{name} {p.method} budget {p.budget}: simulated {p.peak}, cuda {got} ({got / p.peak:.4f})")
+        assert abs(got - p.peak) <= 0.01 * p.peak + 2**20
+        if p.budget is not None:
+            assert got <= p.budget + 2**20
