@@ -91,13 +91,13 @@ def test_planners_declare_their_options():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["resnet50", "vgg19", "googlenet", "unet"])
 def test_simulated_peak_against_a_cuda_step(name):
-    # what the caching allocator hands out: the simulated storages, each rounded up to its 512-byte
-    # blocks, and the ops' workspaces (traced on the GPU, measured there: recompute.workspace)
-    model, inputs = nets.build(name, batch_size=2, input_size=64 if name == "unet" else 32, seed=0)
+    # what the caching allocator hands out: the simulated storages and the ops' workspaces (traced on
+    # the GPU, measured there: recompute.workspace), with the allocator's rounding (tests/test_workspace.py)
+    model, inputs = nets.build(name, batch_size=8, input_size=128 if name == "unet" else 64, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
     for method, strategy in (("vanilla", None), ("chen", None), ("approxdp", "mc")):
         p = recompute.plan(graph, method, strategy=strategy)
         got = measure(model, inputs, runner=recompute.execute(graph, p, model), backend="cuda", iterations=1).peak_bytes
         print(f"{name} {method}: simulated {p.peak}, cuda {got} ({got / p.peak:.4f})")
-        assert abs(got - p.peak) <= 0.01 * p.peak + 2**20, method
+        assert p.peak - 2**20 <= got <= 1.02 * p.peak + 16 * 2**20, method
