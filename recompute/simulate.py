@@ -6,10 +6,9 @@ output of a multi-output op its own, views and ``getitem`` their base's), the pe
 op's inputs and outputs alive, and then every storage whose last use (over all its views) has passed
 is freed; an op that allocates and frees memory inside itself (a CUDA workspace, ``Program.workspace``,
 :mod:`recompute.workspace`) adds it at its step. Parameters, buffers and inputs exist before the step
-and are not counted; the tangents
-arrive when the backward phase starts and are held by the caller until it ends; the step's outputs
-(parameter gradients, the model's outputs) live to the end, and the new BatchNorm statistics until
-the forward phase ends, when they are written to the buffers.
+and are not counted; the tangents arrive when the backward phase starts and are held by the caller
+until it ends; the step's outputs (parameter gradients, the model's outputs) live to the end, and the
+new BatchNorm statistics until the forward phase ends, when they are written to the buffers.
 
 :func:`simulate_partition` prices the same way a forward and a backward ``fx.GraphModule`` run as
 training runs them (AOTAutograd's partitions, PyTorch's or ours).
