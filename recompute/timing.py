@@ -27,7 +27,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 
-__all__ = ["OpKey", "OpCall", "TimeModel", "BatchExtrapolation", "node_call", "module_calls", "schedule_calls",
+__all__ = ["OpKey", "OpCall", "TimeModel", "BatchExtrapolation", "node_call", "fill", "module_calls", "schedule_calls",
            "Recorder", "CLOCKS"]
 
 
@@ -142,6 +142,19 @@ def _timed(call: OpCall, device: torch.device, repeats: int, clock: Callable[[],
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
+def fill(table: dict[OpKey, Any], calls: Iterable[OpCall], measure: Callable[[OpCall], Any], what: str) -> None:
+    """``table[key] = measure(call)`` for every key of ``calls`` not in ``table`` yet (each key once);
+    an op torch cannot run on made-up values is named, with its key (``what``: the measuring, e.g.
+    ``"timing"``)."""
+    for call in calls:
+        key = call.key
+        if key not in table:
+            try:
+                table[key] = measure(call)
+            except Exception as e:
+                raise RuntimeError(f"{what} {key.op} with arguments {key.args} failed: {e}") from e
+
+
 class TimeModel:
     """Seconds per :class:`OpKey`, measured on ``device``; :meth:`seconds` sums a list of calls.
 
@@ -173,13 +186,7 @@ class TimeModel:
 
     def measure(self, calls: Iterable[OpCall]) -> None:
         """Time every key of ``calls`` not timed yet."""
-        for call in calls:
-            key = call.key
-            if key not in self.table:
-                try:
-                    self.table[key] = _timed(call, self.device, self.repeats, CLOCKS[self.clock], self.flush)
-                except Exception as e:  # any op torch cannot run on made-up values is named, with its key
-                    raise RuntimeError(f"timing {key.op} with arguments {key.args} failed: {e}") from e
+        fill(self.table, calls, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock], self.flush), "timing")
 
     def costs(self, calls: Sequence[OpCall]) -> list[float]:
         """Each call's seconds (measuring the keys not timed yet)."""

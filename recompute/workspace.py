@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .timing import OpCall, OpKey, node_call
+from .timing import OpCall, OpKey, fill, node_call
 
 __all__ = ["Workspace", "step_workspace", "runs_on_cuda"]
 
@@ -50,13 +50,7 @@ class Workspace:
 
     def measure(self, calls: Iterable[OpCall]) -> None:
         """Measure every key of ``calls`` not measured yet."""
-        for call in calls:
-            key = call.key
-            if key not in self.table:
-                try:
-                    self.table[key] = self._transient(call)
-                except Exception as e:  # any op torch cannot run on made-up values is named, with its key
-                    raise RuntimeError(f"measuring the workspace of {key.op} with arguments {key.args} failed: {e}") from e
+        fill(self.table, calls, self._transient, "measuring the workspace of")
 
     def _transient(self, call: OpCall) -> int:
         # real tensors even where a compile backend asks under AOTAutograd's FakeTensorMode
