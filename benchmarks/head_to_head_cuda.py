@@ -29,7 +29,7 @@ import contextlib
 import copy
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -57,6 +57,21 @@ class CudaPoint(Method):
     device: str
     exact: bool
     status: str = "ok"
+    made_by: str = ""  # the command, torch and commit the point was measured with
+
+
+def load(name: str, folder: Path = FIGURES) -> list[CudaPoint] | None:
+    """The points a previous ``--write`` kept for network ``name``."""
+    path = folder / f"cuda_pareto_{name}.json"
+    points = [CudaPoint(**r) for r in json.loads(path.read_text())] if path.exists() else []
+    return points or None
+
+
+def report(done: dict[str, list[CudaPoint]]) -> str:
+    """One table per network, each under the command, torch version and commit that measured it."""
+    names = sorted(done, key=lambda n: NETWORKS.index(n) if n in NETWORKS else len(NETWORKS))
+    return "\n\n".join(f"**{n}** (batch {done[n][0].batch_size}, {done[n][0].input_size}², {done[n][0].device}; "
+                        f"{done[n][0].made_by or 'command not recorded'})\n\n{net_table(done[n])}" for n in names)
 
 
 def require_cuda() -> str:
@@ -186,17 +201,16 @@ def main(argv: list[str] | None = None) -> None:
     device = require_cuda()
     grid = Grid(tuple(args.budgets), tuple(args.solvers), args.ours, tuple(args.remat))
     command = " ".join(["python -m benchmarks.head_to_head_cuda", *(argv if argv is not None else sys.argv[1:])])
-    header = f"`{command}` on {device} (torch {torch.__version__}, commit {head_commit()}, {date.today()})"
-    tables = []
+    made_by = f"`{command}`, torch {torch.__version__}, commit {head_commit()}, {date.today()}"
+    # a run of some networks keeps the others' points (each table names what measured it)
+    done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     for name in args.nets:
-        points = run_net(name, args.iterations, grid=grid)
-        table = f"**{name}** (batch {points[0].batch_size}, {points[0].input_size}², {device})\n\n{net_table(points)}"
-        print(table, flush=True)
-        tables.append(table)
+        done[name] = [replace(p, made_by=made_by) for p in run_net(name, args.iterations, grid=grid)]
+        print(net_table(done[name]), flush=True)
         if args.write:
-            text = json.dumps([asdict(p) for p in points], indent=1)
+            text = json.dumps([asdict(p) for p in done[name]], indent=1)
             write_atomic(FIGURES / f"cuda_pareto_{name}.json", lambda tmp: Path(tmp).write_text(text))
-            write_section(REPO / "docs" / "benchmarks.md", "cuda-head-to-head", "\n\n".join([header, *tables]))
+            write_section(REPO / "docs" / "benchmarks.md", "cuda-head-to-head", report(done))
 
 
 if __name__ == "__main__":

@@ -56,3 +56,14 @@ def test_without_transients_the_cuda_peak_is_the_simulated_one():
         # the allocator rounds each block up to 512 bytes: a few hundred tensors stay under 1 MiB
         assert b.simulated <= b.steady <= b.simulated + 2**20, b
         assert b.steady <= b.measured and b.transients, b
+
+
+def test_report_names_what_measured_each_network(tmp_path):
+    kept = h.load("resnet50")  # the committed points, measured on a GPU
+    assert kept and kept[0].made_by and kept[0].device
+    (tmp_path / "cuda_pareto_vgg19.json").write_text("[]")  # an empty run is no network
+    assert h.load("vgg19", tmp_path) is None and h.load("unet", tmp_path) is None
+    mine = [h.CudaPoint("vgg19", 2, 32, "vanilla", "", "ours", None, None, "some GPU", True, "oom", "`cmd`, commit x")]
+    text = h.report({"resnet50": kept, "vgg19": mine})
+    assert text.index("**resnet50**") < text.index("**vgg19**")
+    assert kept[0].made_by in text and "`cmd`, commit x" in text and "oom" in text
