@@ -11,8 +11,9 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
   × every ``activation_memory_budget_solver`` torch ships (:data:`recompute.partitions.SOLVERS`);
 * ours: ``recompute.backend(...)``'s partition for vanilla, the time-centric DP from its smallest
   feasible simulated peak towards vanilla's over ``--budgets`` budgets and the memory-centric DP at
-  its smallest, planned with the ``flops`` cost model and the ``simulator`` memory model
-  (:data:`PLANNING`); each as planned and with cheap ops recomputed in the backward where that keeps
+  its smallest, planned with the ``simulator`` memory model and the ``measured`` cost model given
+  the time model below (:data:`PLANNING`: the DPs minimise the very seconds the points are priced
+  by); each as planned and with cheap ops recomputed in the backward where that keeps
   fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`).
 
 Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.simulate.simulate_partition`
@@ -36,11 +37,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+import torch.fx as fx
 
 import recompute
-from recompute import baselines, nets
+from recompute import baselines, costs, nets
 from recompute.measure import default_loss
-from recompute.partitions import SOLVERS, JointCapture, capture, our_partition, price, torch_partition, with_remat
+from recompute.partitions import SOLVERS, JointCapture, Priced, capture, our_partition, price, torch_partition, with_remat
 from recompute.plan import InfeasibleBudget
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
@@ -48,6 +50,7 @@ from .common import REPO, head_commit, markdown_table, write_atomic, write_secti
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
+SOLVER_FREE = (0.0, 1.0)  # budgets min-cut answers without its solver (everything recomputable, or nothing)
 REMAT_WEIGHTS = (None, 0.0, 0.25)
 # PyTorch's eager methods and their knobs (segments 0: ⌈√n⌉), after plain eager training (their time reference)
 EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
@@ -57,8 +60,9 @@ EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
 ]
 EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
-# our planners minimise the simulator's peak of the schedule that runs, at FLOP-counted costs
-PLANNING = {"cost_model": "flops", "memory_model": "simulator"}
+# our planners minimise the simulator's peak of the schedule that runs, at measured costs: on the CPU
+# the seconds the points are priced by (``time_model``), on a GPU each op timed on it
+PLANNING = {"cost_model": "measured", "memory_model": "simulator"}
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
 
@@ -125,48 +129,60 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     size = spec.input_size[0] if size is None else size
     c = _capture(name, batch, size)
     ex = time_model(name, size, c, batch, model_t)
-    points = []
+    planning = {**PLANNING, "cost_options": {"time_model": ex}}
+    points: list[Point] = []
+    priced: dict[str, Priced] = {}  # by the modules' code: a partition met again is not priced again
 
-    def add(method: str, knob: str, family: str, fw, bw) -> None:
-        priced = price(c, fw, bw, ex)
-        ratio = priced.seconds / points[0].seconds if points else 1.0  # the first is the unpartitioned step
-        points.append(Point(name, batch, size, method, knob, family, priced.peak, priced.seconds, ratio, priced.saved_bytes))
-        print(f"{name} {method} {knob}: {priced.peak / GIB:.3f} GiB, {priced.seconds:.2f} s", flush=True)
+    def add(method: str, knob: str, family: str, fw: fx.GraphModule, bw: fx.GraphModule) -> None:
+        key = fw.code + bw.code
+        q = priced[key] = priced[key] if key in priced else price(c, fw, bw, ex)
+        ratio = q.seconds / points[0].seconds if points else 1.0  # the first is the unpartitioned step
+        points.append(Point(name, batch, size, method, knob, family, q.peak, q.seconds, ratio, q.saved_bytes))
+        print(f"{name} {method} {knob}: {q.peak / GIB:.3f} GiB, {q.seconds:.2f} s", flush=True)
 
-    _, _, vanilla = our_partition(c, "vanilla", strategy=None, **PLANNING)
+    def ours(method: str, knob: str, part: Any) -> None:
+        """A plan of ours as planned (but vanilla: the reference, added first) and at each remat weight."""
+        for weight in REMAT_WEIGHTS:
+            if weight is not None or method != "vanilla":
+                q = part if weight is None else with_remat(c, part, weight)
+                add(method if weight is None else f"{method}+remat {weight:g}", knob, "ours", q.forward, q.backward)
+
+    _, _, vanilla = our_partition(c, "vanilla", strategy=None, **planning)
     add("vanilla", "", "ours", vanilla.forward, vanilla.backward)  # the unpartitioned step: every ratio's reference
+    solver_free: dict[float, tuple[fx.GraphModule, fx.GraphModule]] = {}
     for solver in solvers:
         for b in torch_budgets:
-            fw, bw = torch_partition(c, b, solver)
+            # torch answers budgets 0 and 1 before it calls a solver: partitioned once, listed per solver
+            fw, bw = solver_free[b] if b in solver_free else torch_partition(c, b, solver)
+            if b in SOLVER_FREE:
+                solver_free[b] = fw, bw
             add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
-    theirs = eager_points(name, batch, size, ex, eager)
-    first = our_partition(c, "approxdp", strategy="tc", **PLANNING)[2]
-    # the time-centric DP over an even grid, and at each peak PyTorch reaches (less the parameters, which
-    # the partition's peak leaves out): there it gives our least time at ≤ that point's peak
-    grid = [first.peak + (vanilla.peak - first.peak) * j // budgets for j in range(1, budgets)]
-    grid += [p.peak - c.param_bytes for p in [*points, *theirs] if p.family == "pytorch"]
-    planned = [("vanilla", "", vanilla), ("approxdp_tc", "budget min", first)]
-    for budget in _distinct(b for b in grid if first.peak < b < vanilla.peak):
-        try:
-            planned.append(("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla",
-                            our_partition(c, "approxdp", strategy="tc", budget=budget, **PLANNING)[2]))
-        except InfeasibleBudget:
-            continue
-    planned.append(("approxdp_mc", "budget min", our_partition(c, "approxdp", strategy="mc", **PLANNING)[2]))
-    for weight in REMAT_WEIGHTS:
-        for method, knob, part in (planned[1:] if weight is None else planned):
-            q = part if weight is None else with_remat(c, part, weight)
-            add(method if weight is None else f"{method}+remat {weight:g}", knob, "ours", q.forward, q.backward)
-    return points + theirs + executor_points(name, batch, size, ex, budgets, theirs[0].seconds if theirs else None)
+    eager_pts = eager_points(name, batch, size, ex, eager)
+    executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None)
+    ours("vanilla", "", vanilla)
+    first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
+    ours("approxdp_tc", "budget min", first)
+    ours("approxdp_mc", "budget min", our_partition(c, "approxdp", strategy="mc", **planning)[2])
 
+    tried: list[int] = []
 
-def _distinct(budgets: Any, tolerance: float = 0.01) -> list[int]:
-    """``budgets`` ascending, without those within ``tolerance`` (relative) of a smaller one kept."""
-    kept: list[int] = []
-    for b in sorted(budgets):
-        if not kept or b > kept[-1] * (1 + tolerance):
-            kept.append(b)
-    return kept
+    def tc(budget: int) -> None:
+        if any(abs(budget - b) <= b * 0.01 for b in tried):  # within 1% of a budget planned: the same plan
+            return
+        tried.append(budget)
+        with contextlib.suppress(InfeasibleBudget):
+            ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla",
+                 our_partition(c, "approxdp", strategy="tc", budget=budget, **planning)[2])
+
+    # the time-centric DP over an even grid, then at the peak of each PyTorch point no plan of ours
+    # matches yet (less the parameters, which the partition's peak leaves out): there it gives our
+    # least time at ≤ that point's peak
+    for j in range(1, budgets):
+        tc(first.peak + (vanilla.peak - first.peak) * j // budgets)
+    for t in sorted([p for p in points if p.family == "pytorch"] + eager_pts, key=lambda t: t.peak):
+        if not dominated(t, [p for p in points + executor if p.family == "ours"]) and first.peak < t.peak - c.param_bytes < vanilla.peak:
+            tc(t.peak - c.param_bytes)
+    return points + eager_pts + executor
 
 
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
@@ -179,8 +195,11 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     graphs = {}
     for b in (*PROBES, batch):
         model, inputs = nets.build(name, batch_size=b, input_size=size, seed=0, fake_inputs=True)
-        graphs[b] = recompute.trace(model, inputs, cost_model=PLANNING["cost_model"], loss_fn=default_loss)
-    g = graphs[batch]
+        graphs[b] = recompute.trace(model, inputs, loss_fn=default_loss)
+    # the forward ops at the three batches, so that the planners price each node in extrapolated seconds
+    ex.add(*(schedule_calls(graphs[b].program, recompute.plan(graphs[b], "vanilla").runs(graphs[b])) for b in (*PROBES, batch)))
+    g = replace(graphs[batch], time=costs.cost(PLANNING["cost_model"], graphs[batch].program, time_model=ex),
+                cost_model=PLANNING["cost_model"])
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     dp = {"memory_model": PLANNING["memory_model"]}
     vanilla = recompute.plan(g, "vanilla").peak
@@ -259,6 +278,12 @@ def best_at(ours: list[Point], *, ratio: float | None = None, peak: int | None =
     return min(fit, key=lambda p: (p.time_ratio, p.peak)) if fit else None
 
 
+def dominated(theirs: Point, ours: list[Point]) -> bool:
+    """Whether a point of ``ours`` reaches ≤ ``theirs``' peak at ≤ its time."""
+    mine = best_at(ours, ratio=theirs.time_ratio)
+    return mine is not None and mine.peak <= theirs.peak
+
+
 def label(p: Point) -> str:
     return p.knob if p.method == "min_cut" else f"{p.method} {p.knob}".strip()
 
@@ -288,7 +313,7 @@ def verdict(points: list[Point]) -> list[str]:
     eager = next(p for p in points if p.method == "vanilla")
     ours = [p for p in points if p.family == "ours"]
     theirs = [p for p in points if p.family == "pytorch"]
-    undominated = [t for t in theirs if (m := best_at(ours, ratio=t.time_ratio)) is None or m.peak > t.peak]
+    undominated = [t for t in theirs if not dominated(t, ours)]
     fast = [t for t in theirs if t.time_ratio <= 1.3]
     best = min(fast, key=lambda p: (p.peak, p.time_ratio)) if fast else None
     mine = best_at(ours, ratio=best.time_ratio) if best else None
@@ -357,10 +382,11 @@ def report(done: dict[str, list[Point]], header: str) -> str:
     return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
 
 
-def _net_points(name: str, budgets: int, repeats: int) -> list[Point]:
-    """One network's points in a process of its own (one thread: the op timings assume it)."""
+def _net_points(name: str, budgets: int, repeats: int, lock: Any) -> list[Point]:
+    """One network's points in a process of its own (one thread: the op timings assume it), timing ops
+    only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings)."""
     torch.set_num_threads(1)
-    return run_net(name, budgets, TimeModel(repeats=repeats, clock="thread"))
+    return run_net(name, budgets, TimeModel(repeats=repeats, clock="thread", lock=lock))
 
 
 def main() -> None:
@@ -375,8 +401,10 @@ def main() -> None:
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     start = time.perf_counter()
     command = f"OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        running = {pool.submit(_net_points, name, args.budgets, args.repeats): name for name in args.nets}
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+        lock = manager.Lock()
+        running = {pool.submit(_net_points, name, args.budgets, args.repeats, lock): name for name in args.nets}
         for future in as_completed(running):
             name = running[future]
             done[name] = [replace(p, commit=commit) for p in future.result()]

@@ -4,15 +4,14 @@
 * ``flops`` — floating-point operations counted by ``torch.utils.flop_counter`` on FakeTensors (no
   arithmetic); nodes without a FLOP formula (ReLU, add, BatchNorm, pooling…) cost one unit per output
   element, so that every T_v > 0 and memory-bound ops are not free.
-* ``measured`` — median wall time in microseconds of the node run alone on real tensors of its
-  traced shape, ``repeats`` times after one warm-up, on the device the model was traced on (cuda for
-  a model and inputs on cuda) or on ``device``: the costs a comparison on that device plans with.
+* ``measured`` — nanoseconds: the node's calls timed by :class:`recompute.timing.TimeModel` (alone on
+  real tensors of their traced shapes, median of ``repeats`` calls after one warm-up) on the device
+  the model was traced on (cuda for a model and inputs on cuda) or on ``device``; or priced by a given
+  ``time_model`` (e.g. one extrapolated from small batches): the costs a comparison on that device plans with.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -22,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .fxnodes import output_tensors
+from .timing import TimeModel, node_call
 
 __all__ = ["COST_MODELS", "cost"]
 
@@ -75,31 +75,22 @@ def _traced_device(program: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def measured_cost(program: Any, *, device: str | torch.device | None = None, repeats: int = 3) -> np.ndarray:
-    """Median forward time of each node in microseconds, run alone on real tensors on ``device``
-    (``None``: the device the graph was traced on, so a run is planned with its own device's times)."""
-    dev = torch.device(device) if device is not None else _traced_device(program)
-
-    def make(t: torch.Tensor) -> torch.Tensor:
-        if t.dtype.is_floating_point:
-            return torch.randn(t.shape, dtype=t.dtype, device=dev)
-        return torch.zeros(t.shape, dtype=t.dtype, device=dev)
-
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    out = []
-    with torch.no_grad():
-        for nodes in program.members:
-            op = nodes[0]
-            args, kwargs = _call_args(op, make)
-            op.target(*args, **kwargs)  # warm-up
-            times = []
-            for _ in range(repeats):
-                sync()
-                start = time.perf_counter()
-                op.target(*args, **kwargs)
-                sync()
-                times.append(time.perf_counter() - start)
-            out.append(max(1, round(statistics.median(times) * 1e6)))
+def measured_cost(program: Any, *, device: str | torch.device | None = None, repeats: int = 3,
+                  time_model: Any = None) -> np.ndarray:
+    """Each node's forward time in nanoseconds: the predicted seconds of its members' calls under
+    ``time_model`` (a :class:`~recompute.timing.TimeModel`, or a
+    :class:`~recompute.timing.BatchExtrapolation` that knows the program's calls), or, where none is
+    given, timed alone on real tensors on ``device`` (``None``: the device the graph was traced on, so a
+    run is planned with its own device's times), the median of ``repeats`` calls. A planner given the
+    time model a comparison is judged by minimises the very seconds it reports."""
+    if time_model is None:
+        time_model = TimeModel(torch.device(device) if device is not None else _traced_device(program), repeats=repeats)
+    calls = [[c for n in nodes if (c := node_call(n)) is not None] for nodes in program.members]
+    seconds = time_model.costs([c for group in calls for c in group])
+    out, i = [], 0
+    for group in calls:
+        out.append(max(1, round(sum(seconds[i:i + len(group)]) * 1e9)))
+        i += len(group)
     return np.asarray(out, dtype=np.int64)
 
 

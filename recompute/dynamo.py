@@ -101,9 +101,10 @@ class Backend:
     lists what it did with each joint graph it split, most recent last."""
 
     def __init__(self, method: str, strategy: str | None, budget: int | None, runtime: str, cost_model: str,
-                 remat: float | None, plan_options: dict[str, Any]):
+                 remat: float | None, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None):
         self.method, self.strategy, self.budget, self.runtime = method, strategy, budget, runtime
         self.cost_model, self.remat, self.plan_options = cost_model, remat, plan_options
+        self.cost_options = dict(cost_options or {})
         self.partitions: list[Partition] = []
 
     def __repr__(self) -> str:  # dynamo names the backend by it in its errors
@@ -125,7 +126,7 @@ class Backend:
         """AOTAutograd's ``partition_fn``: the forward and backward modules of our plan."""
         _deduplicate(joint_module, num_fwd_outputs)
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
-        g = graph_of(joint, cost_model=self.cost_model)
+        g = graph_of(joint, cost_model=self.cost_model, **self.cost_options)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
         part = partition_of(g, p, num_fwd_outputs, self.remat)
         self.partitions.append(part)
@@ -371,6 +372,7 @@ def backend(
     budget: int | None = None,
     runtime: str = "eager",
     cost_model: str = "paper",
+    cost_options: dict[str, Any] | None = None,
     remat: float | None = None,
     **plan_options: Any,
 ) -> Backend:
@@ -379,16 +381,17 @@ def backend(
     The arguments are :func:`recompute.optimize`'s: ``budget`` in bytes bounds the simulated peak of
     each compiled graph (None: the smallest feasible); ``strategy`` and ``plan_options`` are the
     planner's, its own defaults where not given. ``runtime`` is ``"eager"`` (op by op, no compiler
-    needed) or ``"inductor"``. ``remat`` (a weight w ≥ 0; None: off) also recomputes cheap ops
+    needed) or ``"inductor"``. ``cost_options`` go to the cost model (e.g. ``measured``'s ``time_model``,
+    :mod:`recompute.costs`). ``remat`` (a weight w ≥ 0; None: off) also recomputes cheap ops
     (pointwise, views, concatenations) in the backward where that keeps more than w bytes per byte
     recomputed (:func:`recompute.remat.rematerialize`), if the schedule's simulated peak does not rise. Checked here, so that a bad option fails before compiling; planning
     happens when dynamo compiles.
     """
     check_budget(budget)
-    check_cost_model(cost_model)
+    check_cost_model(cost_model, cost_options)
     if remat is not None and not (isinstance(remat, (int, float)) and not isinstance(remat, bool) and remat >= 0):
         raise ValueError(f"remat must be None (off) or a weight ≥ 0 (0: recompute wherever it keeps fewer bytes), got {remat!r}")
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)
-    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options)
+    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options)

@@ -31,11 +31,11 @@ class RecomputeModule(torch.nn.Module):
     """
 
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
-                 cost_model: str, plan_options: dict[str, Any]):
+                 cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None):
         super().__init__()
         self.model = model
         self.method, self.strategy, self.budget = method, strategy, budget
-        self.cost_model, self.plan_options = cost_model, plan_options
+        self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
 
@@ -64,7 +64,7 @@ class RecomputeModule(torch.nn.Module):
         check_inputs(inputs)
         key = self._program_key(inputs)
         if key not in self._executors:
-            g = trace(self.model, inputs, cost_model=self.cost_model)
+            g = trace(self.model, inputs, cost_model=self.cost_model, **self.cost_options)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
             self._executors[key] = Executor(g, p, self.model)
         self.last = self._executors[key]
@@ -91,6 +91,7 @@ def optimize(
     strategy: str | None = None,
     budget: int | None = None,
     cost_model: str = "paper",
+    cost_options: dict[str, Any] | None = None,
     **plan_options: Any,
 ) -> RecomputeModule | BaselineModule:
     """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP, at
@@ -100,7 +101,8 @@ def optimize(
     takes only what its registry entry lists, and one it does not take is refused here, naming it.
     What is not given takes the planner's own default, the same as through :func:`recompute.plan`,
     :func:`recompute.backend` and the app (the DPs: ``strategy="tc"``, ``memory_model`` the
-    simulator, so that the plan's peak is the simulated one of the step that runs).
+    simulator, so that the plan's peak is the simulated one of the step that runs). ``cost_model``
+    prices T_v (:mod:`recompute.costs`), with ``cost_options`` (e.g. ``measured``'s ``repeats``).
 
     A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
@@ -115,7 +117,7 @@ def optimize(
     check_model(model)
     check_inputs(example_inputs, allow_none=True)
     check_budget(budget)
-    check_cost_model(cost_model)
+    check_cost_model(cost_model, cost_options)
     if method in baselines.names():
         entry = baselines.spec(method)
         entry.check(strategy=strategy, budget=budget, options=plan_options)
@@ -124,7 +126,7 @@ def optimize(
         return base
     spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
-                              cost_model=cost_model, plan_options=plan_options)
+                              cost_model=cost_model, plan_options=plan_options, cost_options=cost_options)
     wrapped.train(model.training)
     if example_inputs is not None:
         wrapped.prepare(*((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs))

@@ -17,6 +17,7 @@ corresponding op sequences (the same program traced at each batch).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -167,11 +168,14 @@ class TimeModel:
         flush_bytes: bytes written between timed calls (0: none). In a step an op reads what earlier
             ops wrote, mostly gone from the core's private cache; timed alone, it would find its inputs
             there. Twice the private (L2) cache evicts them without flushing the shared one.
+        lock: held while measuring (None: none): processes that time ops on one machine each with a
+            lock of the same one take turns, so that none is timed while another streams through the
+            shared cache and memory bus (on 2 cores that made ops up to 1.8× slower, unevenly).
         table: every key measured so far → seconds.
     """
 
     def __init__(self, device: str | torch.device = "cpu", repeats: int = 5, clock: str = "wall",
-                 flush_bytes: int = 0):
+                 flush_bytes: int = 0, lock: Any = None):
         if repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {repeats}")
         if clock not in CLOCKS:
@@ -183,10 +187,14 @@ class TimeModel:
         if self.device.type == "cuda" and clock != "wall":
             raise ValueError("on CUDA only clock='wall' measures the kernels (they run beside the CPU thread)")
         self.table: dict[OpKey, float] = {}
+        self.lock = lock if lock is not None else contextlib.nullcontext()
 
     def measure(self, calls: Iterable[OpCall]) -> None:
         """Time every key of ``calls`` not timed yet."""
-        fill(self.table, calls, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock], self.flush), "timing")
+        missing = [c for c in calls if c.key not in self.table]
+        if missing:
+            with self.lock:
+                fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock], self.flush), "timing")
 
     def costs(self, calls: Sequence[OpCall]) -> list[float]:
         """Each call's seconds (measuring the keys not timed yet)."""

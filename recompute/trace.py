@@ -206,7 +206,7 @@ def trace(
     """
     check_model(model)
     check_inputs(example_inputs)
-    check_cost_model(cost_model)
+    check_cost_model(cost_model, cost_options)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     tied = _tied_parameters(model)
     if tied:

@@ -84,10 +84,15 @@ def check_graph(graph: Any) -> None:
                         f"{describe(graph)}{hint}")
 
 
-def check_cost_model(cost_model: Any) -> None:
-    """``cost_model`` must name one of :data:`recompute.costs.COST_MODELS`."""
+def check_cost_model(cost_model: Any, options: dict[str, Any] | None = None) -> None:
+    """``cost_model`` must name one of :data:`recompute.costs.COST_MODELS`, and ``options`` be among
+    the keyword-only parameters it takes."""
     if cost_model not in costs.COST_MODELS:
         raise ValueError(f"unknown cost_model {cost_model!r}; choose one of {', '.join(costs.COST_MODELS)}")
+    takes = keyword_options(costs.COST_MODELS[cost_model])
+    unknown = sorted(set(options or ()) - set(takes))
+    if unknown:
+        raise ValueError(f"cost_model {cost_model!r} takes {', '.join(takes) or 'no options'}; got {', '.join(unknown)}")
 
 
 def keyword_options(fn: Callable[..., Any], *, besides: tuple[str, ...] = ()) -> dict[str, Any]:

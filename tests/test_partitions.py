@@ -74,6 +74,27 @@ def test_time_model_sum_is_the_per_op_costs():
     assert costs == [tm.table[call.key] for call in calls]
 
 
+class _CountingLock:
+    def __init__(self):
+        self.held, self.entered = False, 0
+
+    def __enter__(self):
+        assert not self.held
+        self.held, self.entered = True, self.entered + 1
+
+    def __exit__(self, *exc):
+        self.held = False
+
+
+def test_time_model_measures_holding_its_lock_only_when_it_measures():
+    lock = _CountingLock()
+    tm = TimeModel(repeats=1, lock=lock)
+    tm.seconds([_relu_call(2), _relu_call(4)])
+    assert lock.entered == 1 and len(tm.table) == 2 and not lock.held
+    tm.seconds([_relu_call(4)])  # known: nothing to time, the lock is left to others
+    assert lock.entered == 1
+
+
 def test_batch_extrapolation_is_linear_in_the_batch():
     small, large, target = ([c] for c in (_relu_call(2), _relu_call(4), _relu_call(10)))
     tm = TimeModel()

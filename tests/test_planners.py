@@ -202,3 +202,23 @@ def test_registered_and_errors() -> None:
         recompute.plan(chain(3), "exactdp", strategy="fastest")
     with pytest.raises(InfeasibleBudget):
         recompute.plan(chain(3), "chen", budget=1)
+
+
+def test_graphs_of_one_program_with_other_costs_plan_with_their_own():
+    """The DPs keep their lower-set families on the traced program; a graph of the same program priced by
+    another cost model (``dataclasses.replace(g, time=...)``) must not be planned with the first one's
+    sums (it was: every budget infeasible, or another graph's optimum)."""
+    from dataclasses import replace
+
+    from recompute import nets
+
+    def trace():
+        model, inputs = nets.build("resnet50", batch_size=2, input_size=32, seed=0, fake_inputs=True)
+        return recompute.trace(model, inputs, cost_model="flops")
+
+    g = trace()
+    other = np.random.default_rng(0).integers(1, 10**6, g.n)
+    fresh = recompute.plan(replace(trace(), time=other), "approxdp", strategy="tc")
+    recompute.plan(g, "approxdp", strategy="tc")  # the family of the flops costs, kept on the program
+    again = recompute.plan(replace(g, time=other), "approxdp", strategy="tc")
+    assert again.lower_sets == fresh.lower_sets and again.overhead == fresh.overhead

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import weakref
 
@@ -11,6 +12,7 @@ from torch import nn
 
 import recompute
 from recompute import costs, nets
+from recompute.timing import node_call
 from recompute.graph import Graph
 
 from .models import Tricky
@@ -52,6 +54,40 @@ def test_costs_and_saved_bytes():
     assert paper.saved[conv] == 0 and paper.saved[relu] == paper.mem[relu]
     with pytest.raises(ValueError, match="unknown cost_model 'nope'.*paper, flops, measured"):
         recompute.trace(model, inputs, cost_model="nope")
+    with pytest.raises(ValueError, match="cost_model 'flops' takes no options; got repeats"):
+        recompute.trace(model, inputs, cost_model="flops", repeats=3)
+    with pytest.raises(ValueError, match="cost_model 'measured' takes device, repeats, time_model; got repaets"):
+        recompute.optimize(model, method="approxdp", cost_model="measured", cost_options={"repaets": 3})
+
+
+class _Table:
+    """A time model whose every op key costs what the table says (1 ms for what it does not list)."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds, self.asked = seconds, []
+
+    def costs(self, calls):
+        self.asked += calls
+        return [self.seconds.get(str(c.target), 1e-3) for c in calls]
+
+
+def test_measured_costs_are_the_time_models_seconds_of_each_nodes_calls():
+    """T_v under a given time model: the seconds of the calls of v's members, in nanoseconds; the
+    planner (eager and compiled) plans with those."""
+    model, inputs = nets.build("chain")
+    table = _Table({"aten.convolution.default": 0.25, "aten.relu.default": 2e-6})
+    g = recompute.trace(model, inputs, cost_model="measured", time_model=table)
+    calls = [[node_call(n) for n in nodes if node_call(n) is not None] for nodes in g.program.members]
+    expected = [round(sum(table.seconds.get(str(c.target), 1e-3) for c in group) * 1e9) for group in calls]
+    assert g.time.tolist() == expected and g.cost_model == "measured"
+    assert 250_000_000 in expected and any(len(group) > 1 for group in calls)  # views are calls too
+    wrapped = recompute.optimize(model, method="approxdp", cost_model="measured", cost_options={"time_model": table})
+    wrapped(*inputs).sum().backward()
+    assert wrapped.graph.time.tolist() == expected
+    b = recompute.backend("approxdp", cost_model="measured", cost_options={"time_model": table})
+    torch.compile(copy.deepcopy(model), backend=b)(*inputs)
+    conv = [t for op, t in zip(b.partitions[-1].graph.ops, b.partitions[-1].graph.time) if "convolution" in op]
+    assert conv and all(t >= 250_000_000 for t in conv)
 
 
 @pytest.mark.parametrize("name, batch, size", [

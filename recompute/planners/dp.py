@@ -555,13 +555,15 @@ def _memory_model(g: Graph, memory_model: str | None) -> MemoryModel:
 
 def _family(g: Graph, memory_model: MemoryModel, sets: Callable[[], np.ndarray], key: tuple) -> _Family:
     """The family ``sets()`` under ``memory_model``; on a traced graph kept on its program, so that the
-    simulator's block costs, once computed, serve every later solve (other budgets, strategies)."""
+    simulator's block costs, once computed, serve every later solve (other budgets, strategies). Graphs
+    of one program may differ in their costs (another cost model): the family's sums are of its own."""
     if g.program is None:
         return _Family.build(g, sets(), memory_model)
     families = g.program.__dict__.setdefault("dp_families", {})
-    if (memory_model, *key) not in families:
-        families[(memory_model, *key)] = _Family.build(g, sets(), memory_model)
-    return families[(memory_model, *key)]
+    full = (memory_model, *key, g.time.tobytes(), g.mem.tobytes())
+    if full not in families:
+        families[full] = _Family.build(g, sets(), memory_model)
+    return families[full]
 
 
 def _order(g: Graph, memory_model: MemoryModel) -> Graph:
