@@ -44,6 +44,7 @@ from recompute import baselines, costs, nets
 from recompute.measure import default_loss
 from recompute.partitions import SOLVERS, JointCapture, Priced, capture, our_partition, price, torch_partition, with_remat
 from recompute.plan import InfeasibleBudget
+from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
@@ -166,22 +167,47 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
     tried: list[int] = []
 
-    def tc(budget: int) -> None:
-        if any(abs(budget - b) <= b * 0.01 for b in tried):  # within 1% of a budget planned: the same plan
-            return
+    def tc(budget: int) -> Any:
+        """Our time-centric plan at ``budget`` (and its remat variants), or None where infeasible or
+        within 1% of a budget planned already (the same plan)."""
+        if any(abs(budget - b) <= b * 0.01 for b in tried):
+            return None
         tried.append(budget)
-        with contextlib.suppress(InfeasibleBudget):
-            ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla",
-                 our_partition(c, "approxdp", strategy="tc", budget=budget, **planning)[2])
+        try:
+            part = our_partition(c, "approxdp", strategy="tc", budget=budget, **planning)[2]
+        except InfeasibleBudget:
+            return None
+        ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", part)
+        return part
 
-    # the time-centric DP over an even grid, then at the peak of each PyTorch point no plan of ours
-    # matches yet (less the parameters, which the partition's peak leaves out): there it gives our
-    # least time at ≤ that point's peak
+    def remat_within(method: str, knob: str, part: Any, peak: int, steps: int = 5) -> None:
+        """``part`` with cheap ops recomputed at the largest weight (bisected in [0, 1]) whose step
+        holds ≤ ``peak``: the fewest recomputations that reach it."""
+        lo, hi, best = 0.0, 1.0, None
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            q = with_remat(c, part, mid)
+            if simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak:
+                lo, best = mid, q
+            else:
+                hi = mid
+        if best is not None:
+            add(f"{method}+remat", f"{knob} weight {lo:.3g}".strip(), "ours", best.forward, best.backward)
+
+    # the time-centric DP over an even grid; then, at the peak of each PyTorch point no plan of ours
+    # matches yet (less the parameters, which the partition's peak leaves out), the DP at that budget
+    # (our least time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it
     for j in range(1, budgets):
         tc(first.peak + (vanilla.peak - first.peak) * j // budgets)
     for t in sorted([p for p in points if p.family == "pytorch"] + eager_pts, key=lambda t: t.peak):
-        if not dominated(t, [p for p in points + executor if p.family == "ours"]) and first.peak < t.peak - c.param_bytes < vanilla.peak:
-            tc(t.peak - c.param_bytes)
+        budget = t.peak - c.param_bytes
+        if dominated(t, [p for p in points + executor if p.family == "ours"]) or not first.peak < budget < vanilla.peak:
+            continue
+        at_budget = tc(budget)
+        for method, knob, part in [("vanilla", "", vanilla),
+                                   *([("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", at_budget)] if at_budget else [])]:
+            if not dominated(t, [p for p in points + executor if p.family == "ours"]):
+                remat_within(method, knob, part, t.peak)
     return points + eager_pts + executor
 
 

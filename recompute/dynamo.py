@@ -126,7 +126,8 @@ class Backend:
         """AOTAutograd's ``partition_fn``: the forward and backward modules of our plan."""
         _deduplicate(joint_module, num_fwd_outputs)
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
-        g = graph_of(joint, cost_model=self.cost_model, **self.cost_options)
+        # inductor's compiled modules do not allocate the workspaces the ops take run one by one
+        g = graph_of(joint, cost_model=self.cost_model, workspaces=self.runtime == "eager", **self.cost_options)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
         part = partition_of(g, p, num_fwd_outputs, self.remat)
         self.partitions.append(part)
