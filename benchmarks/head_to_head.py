@@ -180,9 +180,14 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", part)
         return part
 
+    bisected: set[tuple[str, str, int]] = set()
+
     def remat_within(method: str, knob: str, part: Any, peak: int, steps: int = 5) -> None:
         """``part`` with cheap ops recomputed at the largest weight (bisected in [0, 1]) whose step
-        holds ≤ ``peak``: the fewest recomputations that reach it."""
+        holds ≤ ``peak``: the fewest recomputations that reach it (once per plan and peak)."""
+        if (method, knob, peak) in bisected:
+            return
+        bisected.add((method, knob, peak))
         lo, hi, best = 0.0, 1.0, None
         for _ in range(steps):
             mid = (lo + hi) / 2

@@ -82,15 +82,14 @@ def measured_cost(program: Any, *, device: str | torch.device | None = None, rep
     :class:`~recompute.timing.BatchExtrapolation` that knows the program's calls), or, where none is
     given, timed alone on real tensors on ``device`` (``None``: the device the graph was traced on, so a
     run is planned with its own device's times), the median of ``repeats`` calls. A planner given the
-    time model a comparison is judged by minimises the very seconds it reports."""
+    time model a comparison is judged by minimises the very seconds it reports. Each op's seconds are
+    kept on the program (``op_seconds``): the price of recomputing it alone (:mod:`recompute.remat`)."""
     if time_model is None:
         time_model = TimeModel(torch.device(device) if device is not None else _traced_device(program), repeats=repeats)
-    calls = [[c for n in nodes if (c := node_call(n)) is not None] for nodes in program.members]
-    seconds = time_model.costs([c for group in calls for c in group])
-    out, i = [], 0
-    for group in calls:
-        out.append(max(1, round(sum(seconds[i:i + len(group)]) * 1e9)))
-        i += len(group)
+    named = [[(n.name, c) for n in nodes if (c := node_call(n)) is not None] for nodes in program.members]
+    seconds = time_model.costs([c for group in named for _, c in group])
+    program.op_seconds = dict(zip((name for group in named for name, _ in group), seconds))
+    out = [max(1, round(sum(program.op_seconds[name] for name, _ in group) * 1e9)) for group in named]
     return np.asarray(out, dtype=np.int64)
 
 

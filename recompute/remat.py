@@ -15,8 +15,10 @@ alive (cutting it: keep u); a data edge a_out → u_in and an edge from the sour
 must not be recomputed (a convolution, a reduction, a random op) cannot be cut; every value the
 backward reads drains into the sink. A cheap op's own edge from the source, of capacity ``weight`` ×
 the bytes it writes, is the price of recomputing it: with weight 0 recomputation is free and only
-bytes count; a weight w recomputes an op only where that saves more than w bytes per byte written.
-Nodes on the sink side are recomputed in the backward, right before the first read in each block,
+bytes count; a weight w recomputes an op only where that saves more than w bytes per byte written
+(where the graph was priced by measured seconds: per byte-equivalent of its seconds at the ops'
+average rate, so that of two ops that keep as much the faster is recomputed first). Nodes on the
+sink side are recomputed in the backward, right before the first read in each block,
 and dropped after their last.
 
 The cut also runs the other way: a backward op that reads no gradient — ReLU's mask ``relu <= 0``,
@@ -205,7 +207,9 @@ def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: Mappi
     it runs in the forward phase instead; a value costs the bytes of the storages a read of it keeps
     alive (the parameters' and the inputs' not counted), a recomputation ``weight`` × the bytes it
     writes, except where the forward phase computes the value only for the backward: then it is
-    moved, which costs nothing. An ``early`` step left in the backward costs nothing either."""
+    moved, which costs nothing. An ``early`` step left in the backward costs nothing either. Where
+    the program's ops were timed (the ``measured`` cost model), a recomputation costs its seconds
+    instead, in bytes at the ops' average rate (:func:`_price`)."""
     joint = p.joint
     table = joint_table(joint)
     written = set(joint.buffer_writes.values())
@@ -227,11 +231,26 @@ def _recomputed(p: "Program", s: Schedule, forward: dict[str, int], early: Mappi
         if name in used or runs_once(node) or not cheap(node):
             used.update(inputs[name])
     # an op that reads a buffer the step writes is not recomputed: it would read the new value
-    recomputable = {name: weight * _written(joint.node(name)) * (name in used) for name in forward
-                    if cheap(joint.node(name)) and not written.intersection(inputs[name])}
+    candidates = [name for name in forward if cheap(joint.node(name)) and not written.intersection(inputs[name])]
+    price = _price(p, candidates)
+    recomputable = {name: weight * price[name] * (name in used) for name in candidates}
     recomputable.update(dict.fromkeys(early, 0.0))
     again = cheapest_kept(size, inputs, recomputable, needed)[1]
     return again - early.keys(), early.keys() - again
+
+
+def _price(p: "Program", names: Sequence[str]) -> dict[str, float]:
+    """What recomputing each op costs, in bytes it writes: where the graph was priced by measured
+    seconds (``p.op_seconds``), an op's seconds at the timed ops' average bytes per second (so a weight
+    means the same on average, and of two ops of one size the faster is recomputed first); else, and
+    for an op not timed (outside V), the bytes it writes."""
+    nbytes = {name: float(_written(p.joint.node(name))) for name in names}
+    timed = [name for name in names if name in p.op_seconds]
+    seconds = sum(p.op_seconds[name] for name in timed)
+    if seconds <= 0:
+        return nbytes
+    rate = sum(nbytes[name] for name in timed) / seconds
+    return {**nbytes, **{name: p.op_seconds[name] * rate for name in timed}}
 
 
 def _written(node: fx.Node) -> int:

@@ -60,6 +60,8 @@ class Program:
         workspace: joint fx node name → the bytes its op allocates and frees inside itself on the
             device (:mod:`recompute.workspace`; measured where the step runs on a CUDA device, empty
             elsewhere). The simulator adds them at the op's step.
+        op_seconds: forward fx node name → its op's seconds, where the ``measured`` cost model priced
+            the graph (empty otherwise): what :mod:`recompute.remat` then prices a recomputation by.
     """
 
     joint: JointProgram
@@ -70,6 +72,7 @@ class Program:
     loss: bool = False
     trace_seconds: float = 0.0
     workspace: dict[str, int] = field(default_factory=dict)
+    op_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def gm(self) -> fx.GraphModule:

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks import cuda_workspace
+from benchmarks import compiled_memory, cuda_workspace
 from benchmarks import head_to_head_cuda as h
 from benchmarks import simulator
 from benchmarks.common import REPO
@@ -25,6 +25,8 @@ def test_refuses_without_cuda():
         simulator.main(["--backend", "cuda", "--nets", "resblock"])
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         cuda_workspace.main(["--nets", "resblock"])
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        compiled_memory.main(["--nets", "vgg19"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present: nothing to refuse")
@@ -67,3 +69,11 @@ def test_report_names_what_measured_each_network(tmp_path):
     text = h.report({"resnet50": kept, "vgg19": mine})
     assert text.index("**resnet50**") < text.index("**vgg19**")
     assert kept[0].made_by in text and "`cmd`, commit x" in text and "oom" in text
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_memory_runs_on_cuda():
+    rows = compiled_memory.run_net("resblock", [0.5])
+    assert [r[2] for r in rows] == ["op by op", "inductor", "op by op", "inductor"]
+    assert all(float(r[3]) <= float(r[4]) for r in rows)  # workspaces only add

@@ -19,6 +19,8 @@ from recompute.dynamo import _kept_from_forward
 from recompute.remat import cheapest_kept, recompute_late, rematerialize
 from recompute.simulate import simulate
 
+from .models import TimeTable
+
 
 def _recomputed(kept: set[str], size, inputs, recomputable, needed) -> set[str] | None:
     """The values recomputed to derive ``needed`` from ``kept``; None if one of them cannot be."""
@@ -106,6 +108,29 @@ def test_remat_trains_exactly_and_keeps_fewer_bytes(name, method):
     assert remat_part.schedule.recomputations() > plain_part.schedule.recomputations()
     assert remat_part.saved_bytes < plain_part.saved_bytes
     assert remat_part.peak <= plain_part.peak
+
+
+def test_remat_prices_a_recomputation_by_its_measured_seconds():
+    """Where the graph is priced in measured seconds, recomputing an op costs its seconds (at the ops'
+    average bytes per second): BatchNorm's and ReLU's elementwise chain is recomputed at weight 0.5
+    where it costs next to nothing beside the other cheap ops (not under the bytes-written price), and
+    ReLU is not where it alone costs more than all the others."""
+    model, inputs = nets.build("resblock", batch_size=2, input_size=16, seed=0)
+    c = partitions.capture(model, inputs)
+    chain = ("aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor", "aten.relu.default", "aten.unsqueeze.default",
+             "aten.squeeze.dims")
+
+    def recomputed(**options) -> set[str]:
+        part = partitions.our_partition(c, "vanilla", remat=0.5, **options)[2]
+        joint = part.graph.program.joint
+        return {str(joint.node(name).target) for name, copy in part.schedule.steps if copy > 0}
+
+    def timed(seconds: dict[str, float]) -> dict:
+        return {"cost_model": "measured", "cost_options": {"time_model": TimeTable(seconds)}}
+
+    assert "aten.relu.default" in recomputed(**timed(dict.fromkeys(chain, 1e-9)))
+    assert "aten.relu.default" not in recomputed()
+    assert "aten.relu.default" not in recomputed(**timed({**dict.fromkeys(chain, 1e-9), "aten.relu.default": 1.0}))
 
 
 @pytest.mark.parametrize("remat", [-1, True, "yes"])

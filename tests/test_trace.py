@@ -15,7 +15,7 @@ from recompute import costs, nets
 from recompute.timing import node_call
 from recompute.graph import Graph
 
-from .models import Tricky
+from .models import TimeTable, Tricky
 
 
 def test_inplace_views_and_multi_output_ops_make_no_bogus_nodes():
@@ -60,22 +60,11 @@ def test_costs_and_saved_bytes():
         recompute.optimize(model, method="approxdp", cost_model="measured", cost_options={"repaets": 3})
 
 
-class _Table:
-    """A time model whose every op key costs what the table says (1 ms for what it does not list)."""
-
-    def __init__(self, seconds: dict[str, float]):
-        self.seconds, self.asked = seconds, []
-
-    def costs(self, calls):
-        self.asked += calls
-        return [self.seconds.get(str(c.target), 1e-3) for c in calls]
-
-
 def test_measured_costs_are_the_time_models_seconds_of_each_nodes_calls():
     """T_v under a given time model: the seconds of the calls of v's members, in nanoseconds; the
     planner (eager and compiled) plans with those."""
     model, inputs = nets.build("chain")
-    table = _Table({"aten.convolution.default": 0.25, "aten.relu.default": 2e-6})
+    table = TimeTable({"aten.convolution.default": 0.25, "aten.relu.default": 2e-6})
     g = recompute.trace(model, inputs, cost_model="measured", time_model=table)
     calls = [[node_call(n) for n in nodes if node_call(n) is not None] for nodes in g.program.members]
     expected = [round(sum(table.seconds.get(str(c.target), 1e-3) for c in group) * 1e9) for group in calls]
