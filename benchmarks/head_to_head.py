@@ -61,6 +61,8 @@ EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
 ]
 EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
+# the order the networks are handed to the jobs: the longest first, so that no long one starts last
+LONGEST_FIRST = ("unet", "pspnet", "densenet161", "resnet152", "googlenet", "vgg19", "resnet50")
 # our planners minimise the simulator's peak of the schedule that runs, at measured costs: on the CPU
 # the seconds the points are priced by (``time_model``), on a GPU each op timed on it
 PLANNING = {"cost_model": "measured", "memory_model": "simulator"}
@@ -114,10 +116,12 @@ def _capture(name: str, batch: int, size: int) -> JointCapture:
 
 
 def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: TimeModel) -> BatchExtrapolation:
-    """Op costs at ``batch`` from the same step's joint graph timed at the :data:`PROBES` batches."""
-    ex = BatchExtrapolation(model_t, PROBES[0], PROBES[1], batch)
-    small, large = (_capture(name, b, size) for b in PROBES)
-    ex.add(module_calls(small.joint), module_calls(large.joint), module_calls(target.joint))
+    """Op costs at ``batch`` from the same step's joint graph timed at the :data:`PROBES` batches (at
+    ``batch`` itself where it is no larger than the small probe: PSPNet's 2)."""
+    small, large = PROBES if batch > PROBES[0] else (batch, batch)
+    ex = BatchExtrapolation(model_t, small, large, batch)
+    captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large)}
+    ex.add(*(module_calls(captured[b].joint) for b in (small, large, batch)))
     return ex
 
 
@@ -224,11 +228,12 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     ``fake`` backend's, ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen
     calls, traced at the probe batches too, against plain eager training's (``eager_seconds``)."""
     graphs = {}
-    for b in (*PROBES, batch):
+    batches = (ex.small, ex.large, batch)
+    for b in dict.fromkeys(batches):
         model, inputs = nets.build(name, batch_size=b, input_size=size, seed=0, fake_inputs=True)
         graphs[b] = recompute.trace(model, inputs, loss_fn=default_loss)
     # the forward ops at the three batches, so that the planners price each node in extrapolated seconds
-    ex.add(*(schedule_calls(graphs[b].program, recompute.plan(graphs[b], "vanilla").runs(graphs[b])) for b in (*PROBES, batch)))
+    ex.add(*(schedule_calls(graphs[b].program, recompute.plan(graphs[b], "vanilla").runs(graphs[b])) for b in batches))
     g = replace(graphs[batch], time=costs.cost(PLANNING["cost_model"], graphs[batch].program, time_model=ex),
                 cost_model=PLANNING["cost_model"])
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
@@ -245,7 +250,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
     points = []
     for method, knob, p in plans:
-        small, large, target = (schedule_calls(graphs[b].program, p.runs(graphs[b])) for b in (*PROBES, batch))
+        small, large, target = (schedule_calls(graphs[b].program, p.runs(graphs[b])) for b in batches)
         ex.add(small, large, target)
         seconds = ex.seconds(target)
         ratio = seconds / eager_seconds if eager_seconds else float("nan")
@@ -280,7 +285,8 @@ def eager_points(name: str, batch: int, size: int, ex: BatchExtrapolation,
     for method, options in methods:
         knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
         try:
-            small, large, target = (_eager_calls(name, b, size, method, options) for b in (*PROBES, batch))
+            calls = {b: _eager_calls(name, b, size, method, options) for b in (ex.small, ex.large, batch)}
+            small, large, target = calls[ex.small], calls[ex.large], calls[batch]
             peak = _eager_peak(name, batch, size, method, options)
         except (baselines.Unsupported, RuntimeError) as e:
             # a method that refuses or fails on this network is reported and the others still run
@@ -413,11 +419,14 @@ def report(done: dict[str, list[Point]], header: str) -> str:
     return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
 
 
-def _net_points(name: str, budgets: int, repeats: int, lock: Any) -> list[Point]:
+def _net_points(name: str, budgets: int, repeats: int, lock: Any) -> tuple[list[Point], float]:
     """One network's points in a process of its own (one thread: the op timings assume it), timing ops
-    only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings)."""
+    only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings),
+    and the seconds they took."""
     torch.set_num_threads(1)
-    return run_net(name, budgets, TimeModel(repeats=repeats, clock="thread", lock=lock))
+    start = time.perf_counter()
+    points = run_net(name, budgets, TimeModel(repeats=repeats, clock="thread", lock=lock))
+    return points, time.perf_counter() - start
 
 
 def main() -> None:
@@ -435,10 +444,13 @@ def main() -> None:
     spawn = multiprocessing.get_context("spawn")
     with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
         lock = manager.Lock()
-        running = {pool.submit(_net_points, name, args.budgets, args.repeats, lock): name for name in args.nets}
+        order = sorted(args.nets, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else -1)
+        running = {pool.submit(_net_points, name, args.budgets, args.repeats, lock): name for name in order}
         for future in as_completed(running):
             name = running[future]
-            done[name] = [replace(p, commit=commit) for p in future.result()]
+            points, seconds = future.result()
+            print(f"{name}: {len(points)} points in {seconds:.0f} s", flush=True)
+            done[name] = [replace(p, commit=commit) for p in points]
             header = (f"`{command}` (last run {date.today()}: {', '.join(args.nets)}, {time.perf_counter() - start:.0f} s"
                       f" so far; `--nets` runs some and keeps the others' points). Points made at {provenance(done)}.")
             print(net_table(done[name]), flush=True)

@@ -212,12 +212,13 @@ class BatchExtrapolation:
     :meth:`add` registers corresponding op sequences (the same program at the probe batches
     ``small`` < ``large`` and at the ``target`` batch); each target key's cost is then
     ``t(small) + (t(large) − t(small)) · (target − small) / (large − small)``, never less than
-    ``t(small)`` (noise must not make an op cheaper at a larger batch).
+    ``t(small)`` (noise must not make an op cheaper at a larger batch). At ``small == large ==
+    target`` nothing is extended: the ops are timed at the target batch itself.
     """
 
     def __init__(self, model: TimeModel, small: int, large: int, target: int):
-        if not 0 < small < large:
-            raise ValueError(f"probe batches must satisfy 0 < small < large, got {small} and {large}")
+        if not (0 < small < large or 0 < small == large == target):
+            raise ValueError(f"probe batches must satisfy 0 < small < large (or both be the target batch), got {small} and {large}")
         self.model, self.small, self.large, self.target = model, small, large, target
         self.probes: dict[OpKey, tuple[OpCall, OpCall]] = {}
 
@@ -241,7 +242,7 @@ class BatchExtrapolation:
                            "add() the same program traced at the probe batches")
         pairs = [self.probes[c.key] for c in calls]
         self.model.measure(p for pair in pairs for p in pair)
-        slope = (self.target - self.small) / (self.large - self.small)
+        slope = (self.target - self.small) / (self.large - self.small) if self.large > self.small else 0.0
         out = []
         for s, l in pairs:
             ts, tl = self.model.table[s.key], self.model.table[l.key]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from benchmarks import head_to_head as h
-from recompute.timing import TimeModel
+from recompute.timing import TimeModel, module_calls
 
 FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "time_ratio", "exact"}
 
@@ -32,6 +33,14 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     h.figure(points, tmp_path / "pareto_chain.png")
     assert (tmp_path / "pareto_chain.png").stat().st_size > 0
     assert "chain" in h.report({"chain": points}, "header")
+
+
+def test_a_batch_no_larger_than_the_probes_is_timed_at_itself():
+    target = h._capture("chain", 2, 16)
+    ex = h.time_model("chain", 16, target, 2, TimeModel(repeats=1, clock="thread"))
+    assert (ex.small, ex.large, ex.target) == (2, 2, 2)
+    calls = module_calls(target.joint)
+    assert ex.seconds(calls) == pytest.approx(sum(ex.model.table[c.key] for c in calls))
 
 
 def test_a_point_is_dominated_by_one_at_most_its_peak_and_time():

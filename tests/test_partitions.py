@@ -104,6 +104,11 @@ def test_batch_extrapolation_is_linear_in_the_batch():
     assert ex.seconds(target) == pytest.approx(1.0 + 1.0 * (10 - 2) / (4 - 2))
     with pytest.raises(KeyError, match="no probe"):
         ex.seconds([_relu_call(6)])
+    at_target = BatchExtrapolation(tm, 2, 2, 2)  # the target no larger than a probe: timed there, not extended
+    at_target.add(small, small, small)
+    assert at_target.seconds(small) == 1.0
+    with pytest.raises(ValueError, match="probe batches"):
+        BatchExtrapolation(tm, 2, 2, 4)
 
 
 def _relu_call(batch: int):
