@@ -120,7 +120,7 @@ def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: 
     ``batch`` itself where it is no larger than the small probe: PSPNet's 2)."""
     small, large = PROBES if batch > PROBES[0] else (batch, batch)
     ex = BatchExtrapolation(model_t, small, large, batch)
-    captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large)}
+    captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large, batch)}
     ex.add(*(module_calls(captured[b].joint) for b in (small, large, batch)))
     return ex
 

@@ -41,6 +41,9 @@ def test_a_batch_no_larger_than_the_probes_is_timed_at_itself():
     assert (ex.small, ex.large, ex.target) == (2, 2, 2)
     calls = module_calls(target.joint)
     assert ex.seconds(calls) == pytest.approx(sum(ex.model.table[c.key] for c in calls))
+    larger = h._capture("chain", 6, 16)  # beyond the probes: extended from them
+    ex = h.time_model("chain", 16, larger, 6, TimeModel(repeats=1, clock="thread"))
+    assert (ex.small, ex.large, ex.target) == (*h.PROBES, 6) and ex.seconds(module_calls(larger.joint)) > 0
 
 
 def test_a_point_is_dominated_by_one_at_most_its_peak_and_time():
