@@ -168,9 +168,9 @@ class TimeModel:
         flush_bytes: bytes written between timed calls (0: none). In a step an op reads what earlier
             ops wrote, mostly gone from the core's private cache; timed alone, it would find its inputs
             there. Twice the private (L2) cache evicts them without flushing the shared one.
-        lock: held while measuring (None: none): processes that time ops on one machine each with a
-            lock of the same one take turns, so that none is timed while another streams through the
-            shared cache and memory bus (on 2 cores that made ops up to 1.8× slower, unevenly).
+        lock: held while measuring (None: none). Processes that time ops on one machine, each given
+            the same lock, take turns, so that no op is timed while another process streams through
+            the shared cache and memory bus (on 2 cores that made ops up to 1.8× slower, unevenly).
         table: every key measured so far → seconds.
     """
 
