@@ -38,10 +38,8 @@ HEADERS = ["network", "partition", "runtime", "simulated GiB", "simulated with w
 
 def simulated(forward: fx.GraphModule, backward: fx.GraphModule, workspace: Workspace) -> tuple[int, int]:
     """The pair's simulated peak without and with each op's workspace at its step."""
-    s = simulate_partition(forward, backward)
     ws = workspace.of_nodes([*forward.graph.nodes, *backward.graph.nodes])
-    steps = [x for gm in (forward, backward) for x in gm.graph.nodes if x.op == "call_function"]
-    return s.peak, max(int(s.live[i]) + ws.get(x.name, 0) for i, x in enumerate(steps))
+    return simulate_partition(forward, backward).peak, simulate_partition(forward, backward, workspace=ws).peak
 
 
 def run_net(name: str, budgets: list[float]) -> list[list[Any]]:

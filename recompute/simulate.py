@@ -128,7 +128,8 @@ def simulate(p: "Program", s: Schedule) -> Simulation:
 
 
 def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,
-                       received: Mapping[str, str] | None = None, hold_saved: bool = False) -> Simulation:  # fmt: skip
+                       received: Mapping[str, str] | None = None, hold_saved: bool = False,
+                       workspace: Mapping[str, int] | None = None) -> Simulation:  # fmt: skip
     """The peak of one training step run as a (forward, backward) pair of ``fx.GraphModule``\\ s whose
     nodes carry ``meta["val"]``, such as AOTAutograd's partitioners return.
 
@@ -139,7 +140,8 @@ def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,
     tangents) arrive when the backward starts and are held to its end. A saved value lives until its
     last read in the backward (``hold_saved``: to the end, as when the caller keeps the saved tensors
     through the whole backward); the forward's other outputs (the model's outputs, updated buffers)
-    and the backward's outputs (the gradients) live to the end of the step. Returns the
+    and the backward's outputs (the gradients) live to the end of the step. ``workspace`` (fx node
+    name → bytes, :mod:`recompute.workspace`) exists during its op's step alone. Returns the
     :class:`Simulation` over the steps, forward first.
     """
     fwd_by_name = {x.name: x for x in forward.graph.nodes}
@@ -173,7 +175,8 @@ def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,
             _extend(last, ((st, 0) for st in table.of.get(x, ())), n)
     for x in _outputs(backward):
         _extend(last, ((st, 0) for st in table.of.get(x, ())), n)
-    return _replay(table.size, creates, last, backward_start, given)
+    transient = [workspace.get(x.name, 0) for x in steps] if workspace else None
+    return _replay(table.size, creates, last, backward_start, given, transient)
 
 
 def _outputs(gm: fx.GraphModule) -> list[fx.Node]:

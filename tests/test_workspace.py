@@ -137,3 +137,17 @@ def test_the_backend_counts_workspaces_on_the_eager_runtime_only(monkeypatch):
     compiled = our_partition(c, "approxdp", strategy="tc", runtime="inductor")[2]
     assert eager.graph.program.workspace and compiled.graph.program.workspace == {}
     assert eager.peak >= compiled.peak + 2**20
+
+
+def test_a_partitions_simulation_adds_a_workspace_at_its_step_alone():
+    from recompute.partitions import capture
+    from recompute.simulate import simulate_partition
+
+    model, inputs = nets.build("resblock", batch_size=2, input_size=8, seed=0)
+    c = capture(model, inputs)
+    plain = simulate_partition(c.forward, c.backward)
+    steps = [x.name for gm in (c.forward, c.backward) for x in gm.graph.nodes if x.op == "call_function"]
+    i = len(steps) // 2
+    with_ws = simulate_partition(c.forward, c.backward, workspace={steps[i]: 10**9})
+    assert with_ws.live[i] == plain.live[i] + 10**9
+    assert all(with_ws.live[j] == plain.live[j] for j in range(len(steps)) if j != i)
