@@ -18,6 +18,7 @@ corresponding op sequences (the same program traced at each batch).
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_map
 
 
@@ -46,13 +48,27 @@ class TensorSpec:
         return cls(tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride()), t.dtype, t.device.type)
 
     def make(self, device: torch.device) -> torch.Tensor:
-        """A real tensor of this layout on ``device``: normal values for floats, zeros otherwise (valid
-        indices for the index-taking ops)."""
+        """A real tensor of this layout on ``device``: normal values for floats (copied from
+        :func:`_normal_pool`), zeros otherwise (valid indices for the index-taking ops)."""
         # the storage the strides span (an expanded tensor has stride 0 and fewer elements than its numel)
         span = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride)) if all(self.shape) else 0
         base = torch.empty(span, dtype=self.dtype, device=device)
-        base = base.normal_() if self.dtype.is_floating_point else base.zero_()
+        base = base.copy_(_normal_pool(span, self.dtype, device)) if self.dtype.is_floating_point else base.zero_()
         return base.as_strided(self.shape, self.stride)
+
+
+_POOLS: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _normal_pool(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``n`` standard normal values of ``dtype`` on ``device``: the start of one pool drawn once and
+    grown ×2 when too short (drawing normals costs many times a copy; a large step's inputs took a
+    fifth of its timing run to draw)."""
+    pool = _POOLS.get((dtype, device))
+    if pool is None or pool.numel() < n:
+        pool = _POOLS[(dtype, device)] = torch.empty(max(n, 2 * (0 if pool is None else pool.numel())),
+                                                     dtype=dtype, device=device).normal_()
+    return pool[:n]
 
 
 @dataclass(frozen=True)
@@ -72,8 +88,9 @@ class OpCall:
     args: tuple
     kwargs: dict
 
-    @property
+    @functools.cached_property
     def key(self) -> OpKey:
+        # written once per call: a large step's timing run asks a call's key many times
         return OpKey(str(self.target), repr((self.args, sorted(self.kwargs.items()))))
 
     def materialize(self, device: torch.device) -> tuple[tuple, dict]:
@@ -190,10 +207,12 @@ class TimeModel:
         self.lock = lock if lock is not None else contextlib.nullcontext()
 
     def measure(self, calls: Iterable[OpCall]) -> None:
-        """Time every key of ``calls`` not timed yet."""
+        """Time every key of ``calls`` not timed yet, on real tensors even where a ``FakeTensorMode`` is
+        active (a partitioner runs under AOTAutograd's: there ``torch.empty`` would make FakeTensors,
+        and the op's time would be that of propagating their shapes)."""
         missing = [c for c in calls if c.key not in self.table]
         if missing:
-            with self.lock:
+            with self.lock, unset_fake_temporarily():
                 fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock], self.flush), "timing")
 
     def costs(self, calls: Sequence[OpCall]) -> list[float]:

@@ -74,6 +74,22 @@ def test_time_model_sum_is_the_per_op_costs():
     assert costs == [tm.table[call.key] for call in calls]
 
 
+def test_ops_are_timed_on_real_tensors_inside_a_partitioners_fake_mode(monkeypatch):
+    """Planning in measured seconds runs under AOTAutograd's FakeTensorMode; the ops it times there
+    must run on real tensors, or the time model holds what propagating shapes costs."""
+    from recompute import timing
+
+    made = []
+    make = timing.TensorSpec.make
+    monkeypatch.setattr(timing.TensorSpec, "make", lambda self, device: made.append(make(self, device)) or made[-1])
+    model, inputs = nets.build("chain", batch_size=2, input_size=8, seed=0, fake_inputs=True)
+    c = capture(model.to("meta"), [torch.empty(x.shape, device="meta") for x in inputs])
+    tm = TimeModel(repeats=1, clock="thread")
+    our_partition(c, "vanilla", cost_model="measured", cost_options={"time_model": tm})
+    assert made and len(tm.table) > 0
+    assert all(type(t) is torch.Tensor and t.device.type == "cpu" for t in made), {type(t).__name__ for t in made}
+
+
 class _CountingLock:
     def __init__(self):
         self.held, self.entered = False, 0
