@@ -53,6 +53,7 @@ NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet"
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
 SOLVER_FREE = (0.0, 1.0)  # budgets min-cut answers without its solver (everything recomputable, or nothing)
 REMAT_WEIGHTS = (None, 0.0, 0.25)
+REMAT_CEILING = 4.0**5  # the largest remat weight remat_within tries
 # PyTorch's eager methods and their knobs (segments 0: ⌈√n⌉), after plain eager training (their time reference)
 EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
     ("torch_checkpoint_blocks", {}), ("torch_checkpoint_sequential", {"segments": 2}),
@@ -167,7 +168,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     ours("vanilla", "", vanilla)
     first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
     ours("approxdp_tc", "budget min", first)
-    ours("approxdp_mc", "budget min", our_partition(c, "approxdp", strategy="mc", **planning)[2])
+    smallest_mc = our_partition(c, "approxdp", strategy="mc", **planning)[2]
+    ours("approxdp_mc", "budget min", smallest_mc)
 
     tried: list[int] = []
 
@@ -187,16 +189,24 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     bisected: set[tuple[str, str, int]] = set()
 
     def remat_within(method: str, knob: str, part: Any, peak: int, steps: int = 5) -> None:
-        """``part`` with cheap ops recomputed at the largest weight (bisected in [0, 1]) whose step
-        holds ≤ ``peak``: the fewest recomputations that reach it (once per plan and peak)."""
+        """``part`` with cheap ops recomputed at the largest weight whose step holds ≤ ``peak``: the
+        fewest recomputations that reach it (once per plan and peak). Weights above 1 recompute only
+        ops that save many times the bytes they cost (at :data:`REMAT_CEILING`: little but the free
+        moves); the weight grows ×4 from 1 while the step fits, then ``steps`` bisections."""
         if (method, knob, peak) in bisected:
             return
         bisected.add((method, knob, peak))
+
+        def fits(weight: float) -> Any:
+            q = with_remat(c, part, weight)
+            return q if simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak else None
+
         lo, hi, best = 0.0, 1.0, None
-        for _ in range(steps):
+        while hi <= REMAT_CEILING and (q := fits(hi)) is not None:
+            lo, hi, best = hi, hi * 4, q
+        for _ in range(steps if hi <= REMAT_CEILING else 0):
             mid = (lo + hi) / 2
-            q = with_remat(c, part, mid)
-            if simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak:
+            if (q := fits(mid)) is not None:
                 lo, best = mid, q
             else:
                 hi = mid
@@ -205,16 +215,18 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
     # the time-centric DP over an even grid; then, at the peak of each PyTorch point no plan of ours
     # matches yet (less the parameters, which the partition's peak leaves out), the DP at that budget
-    # (our least time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it
+    # (our least time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it;
+    # below the DP's smallest peak, its smallest time- and memory-centric plans with as few as reach it
     for j in range(1, budgets):
         tc(first.peak + (vanilla.peak - first.peak) * j // budgets)
     for t in sorted([p for p in points if p.family == "pytorch"] + eager_pts, key=lambda t: t.peak):
         budget = t.peak - c.param_bytes
-        if dominated(t, [p for p in points + executor if p.family == "ours"]) or not first.peak < budget < vanilla.peak:
+        if dominated(t, [p for p in points + executor if p.family == "ours"]) or budget >= vanilla.peak:
             continue
-        at_budget = tc(budget)
-        for method, knob, part in [("vanilla", "", vanilla),
-                                   *([("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", at_budget)] if at_budget else [])]:
+        at_budget = tc(budget) if budget > first.peak else None
+        plans = ([("vanilla", "", vanilla), *([("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", at_budget)] if at_budget else [])]
+                 if budget > first.peak else [("approxdp_tc", "budget min", first), ("approxdp_mc", "budget min", smallest_mc)])
+        for method, knob, part in plans:
             if not dominated(t, [p for p in points + executor if p.family == "ours"]):
                 remat_within(method, knob, part, t.peak)
     return points + eager_pts + executor

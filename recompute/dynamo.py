@@ -196,16 +196,14 @@ def activation_bytes(saved: Sequence[Any]) -> int:
     """Bytes of the distinct storages of the computed values among ``saved`` (fx nodes of a joint
     graph): what a partition keeps for backward besides the graph's inputs and parameters, each
     storage once however many views of it are saved."""
+    nodes = [n for n in saved if isinstance(n, fx.Node)]
     storages: dict[StorageWeakRef, int] = {}
-    inputs: set[StorageWeakRef] = set()
-    for n in saved:
-        if not isinstance(n, fx.Node):
-            continue
-        # views of the parameters (a transposed weight) keep nothing alive
-        inputs |= {StorageWeakRef(t.untyped_storage()) for p in n.graph.find_nodes(op="placeholder")
-                   for _, t in output_tensors(p.meta.get("val"))}
+    for n in nodes:
         for _, t in output_tensors(n.meta.get("val")):
             storages[StorageWeakRef(t.untyped_storage())] = t.untyped_storage().nbytes()
+    # views of the parameters (a transposed weight) keep nothing alive
+    inputs = {StorageWeakRef(t.untyped_storage()) for g in {n.graph for n in nodes} for p in g.find_nodes(op="placeholder")
+              for _, t in output_tensors(p.meta.get("val"))}
     return sum(size for ref, size in storages.items() if ref not in inputs)
 
 
