@@ -431,13 +431,13 @@ def report(done: dict[str, list[Point]], header: str) -> str:
     return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
 
 
-def _net_points(name: str, budgets: int, repeats: int, lock: Any) -> tuple[list[Point], float]:
+def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any) -> tuple[list[Point], float]:
     """One network's points in a process of its own (one thread: the op timings assume it), timing ops
     only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings),
     and the seconds they took."""
     torch.set_num_threads(1)
     start = time.perf_counter()
-    points = run_net(name, budgets, TimeModel(repeats=repeats, clock="thread", lock=lock))
+    points = run_net(name, budgets, TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough))
     return points, time.perf_counter() - start
 
 
@@ -445,7 +445,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
     parser.add_argument("--budgets", type=int, default=4, help="budgets of the time-centric DP, the smallest feasible first")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per op key")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per op key, at most")
+    parser.add_argument("--enough", type=float, default=0.05, help="seconds of timed calls after which a key is not timed again")
     parser.add_argument("--jobs", type=int, default=2, help="networks run at once, one process and one thread each")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/pareto_<net>.*")
     args = parser.parse_args()
@@ -457,7 +458,7 @@ def main() -> None:
     with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
         lock = manager.Lock()
         order = sorted(args.nets, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else -1)
-        running = {pool.submit(_net_points, name, args.budgets, args.repeats, lock): name for name in order}
+        running = {pool.submit(_net_points, name, args.budgets, args.repeats, args.enough, lock): name for name in order}
         for future in as_completed(running):
             name = running[future]
             points, seconds = future.result()

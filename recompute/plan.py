@@ -330,7 +330,11 @@ def _simulated(graph: Graph, entry: PlannerSpec, budget: int | None, strategy: s
         return best
     if not entry.searches_budget:
         raise InfeasibleBudget(entry.name, budget, best.peak)
-    return _loosest(solve, best, budget)
+    # the planner's own smallest budget need not give the smallest simulated peak: the probes above it
+    # may fit ``budget`` (and else say the smallest peak there is)
+    smallest = _smallest(solve, best)
+    smallest.budget = budget
+    return _loosest(solve, smallest, budget)
 
 
 def _smallest(solve: Callable[[int | None], Plan], first: Plan, probes: int = 6, step: float = 0.03) -> Plan:

@@ -138,15 +138,16 @@ class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def _timed(call: OpCall, device: torch.device, repeats: int, clock: Callable[[], float],
-           flush: torch.Tensor | None) -> float:
-    """Median seconds of ``call`` on fresh tensors on ``device`` after one warm-up call; ``flush`` is
-    written before every timed call (outside the timing) to evict the inputs from the core's cache."""
+           flush: torch.Tensor | None, enough: float = float("inf")) -> float:
+    """Median seconds of ``call`` on fresh tensors on ``device`` after one warm-up call, over
+    ``repeats`` timed calls or fewer once they add up to ``enough`` seconds; ``flush`` is written
+    before every timed call (outside the timing) to evict the inputs from the core's cache."""
     args, kwargs = call.materialize(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with torch.no_grad():
         call.target(*args, **kwargs)
-        times = []
-        for _ in range(repeats):
+        times: list[float] = []
+        while len(times) < repeats and sum(times) < enough:
             sync()
             if flush is not None:
                 flush.add_(1)
@@ -178,7 +179,7 @@ class TimeModel:
 
     Attributes:
         device: where the ops are timed.
-        repeats: timed calls per key (their median is the cost).
+        repeats: timed calls per key, at most (their median is the cost).
         clock: ``"wall"`` (``time.perf_counter``; the only one on CUDA) or ``"thread"`` (the CPU time of
             the calling thread, ``time.thread_time``: on a shared CPU, what the op costs with the core
             to itself; single-threaded runs only).
@@ -188,16 +189,21 @@ class TimeModel:
         lock: held while measuring (None: none). Processes that time ops on one machine, each given
             the same lock, take turns, so that no op is timed while another process streams through
             the shared cache and memory bus (on 2 cores that made ops up to 1.8× slower, unevenly).
+        enough: seconds of timed calls after which a key is not timed again (``inf``: always
+            ``repeats`` calls). A call of a tenth of a second varies by far less than a microsecond
+            one, and timing it three times was most of a paper-scale step's pricing on a CPU.
         table: every key measured so far → seconds.
     """
 
     def __init__(self, device: str | torch.device = "cpu", repeats: int = 5, clock: str = "wall",
-                 flush_bytes: int = 0, lock: Any = None):
+                 flush_bytes: int = 0, lock: Any = None, enough: float = float("inf")):
         if repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {repeats}")
+        if enough <= 0:
+            raise ValueError(f"enough must be positive seconds, got {enough}")
         if clock not in CLOCKS:
             raise ValueError(f"unknown clock {clock!r}; choose one of {', '.join(CLOCKS)}")
-        self.device, self.repeats, self.clock = torch.device(device), repeats, clock
+        self.device, self.repeats, self.clock, self.enough = torch.device(device), repeats, clock, enough
         self.flush = torch.zeros(flush_bytes // 4, device=self.device) if flush_bytes > 0 else None
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("TimeModel(device='cuda') needs a CUDA device; use device='cpu'")
@@ -213,7 +219,8 @@ class TimeModel:
         missing = [c for c in calls if c.key not in self.table]
         if missing:
             with self.lock, unset_fake_temporarily():
-                fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock], self.flush), "timing")
+                fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
+                                                           self.flush, self.enough), "timing")
 
     def costs(self, calls: Sequence[OpCall]) -> list[float]:
         """Each call's seconds (measuring the keys not timed yet)."""

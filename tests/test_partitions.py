@@ -4,6 +4,7 @@ time model's sums."""
 from __future__ import annotations
 
 import functools
+import time
 
 import pytest
 import torch
@@ -111,6 +112,21 @@ def test_time_model_measures_holding_its_lock_only_when_it_measures():
     assert lock.entered == 1
 
 
+def test_a_key_is_timed_until_its_calls_add_up_to_enough_seconds():
+    """``repeats`` timed calls after a warm-up, or fewer once they add up to ``enough`` seconds."""
+    from recompute.timing import OpCall
+
+    calls = []
+    op = OpCall(lambda: calls.append(time.sleep(0.002)), (), {})
+    TimeModel(repeats=3).measure([op])
+    assert len(calls) == 1 + 3
+    calls.clear()
+    TimeModel(repeats=3, enough=1e-6).measure([OpCall(op.target, (), {})])
+    assert len(calls) == 1 + 1
+    with pytest.raises(ValueError, match="enough"):
+        TimeModel(enough=0)
+
+
 def test_batch_extrapolation_is_linear_in_the_batch():
     small, large, target = ([c] for c in (_relu_call(2), _relu_call(4), _relu_call(10)))
     tm = TimeModel()
@@ -131,3 +147,16 @@ def _relu_call(batch: int):
     from recompute.timing import OpCall, TensorSpec
 
     return OpCall(torch.ops.aten.relu.default, (TensorSpec((batch, 3), (3, 1), torch.float32, "cpu"),), {})
+
+
+def test_a_budget_at_the_planners_own_smallest_peak_is_met():
+    """On the compile path the DP plans with the liveness model and its plan is priced by the
+    simulator: with no budget the smallest simulated peak is searched over budgets above the DP's own
+    smallest, so a budget at that peak must find a plan too (GoogLeNet's was refused, the error naming
+    a larger smallest budget)."""
+    from recompute.plan import plan
+
+    model, inputs = nets.build("googlenet", batch_size=2, input_size=32, seed=0)
+    _, _, part = our_partition(capture(model, inputs), "approxdp", strategy="tc", memory_model="simulator")
+    again = plan(part.graph, "approxdp", strategy="tc", budget=part.plan.peak, memory_model="simulator")
+    assert again.peak <= part.plan.peak

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numba
@@ -343,6 +343,9 @@ class _Family:
     floor: int = 0  # c(L′) of a weak L′ (simulator)
     pairs: tuple | None = None  # the simulator's block costs (MemoryModel.simulator)
     known: Any = None
+    # _min_budget's answers by (hi, lo): feasibility ignores t, so one family has one B* however
+    # often it is planned (a budget search plans it many times)
+    min_budgets: dict[tuple[int | None, int], tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, g: Graph, bits: np.ndarray, memory_model: MemoryModel = MemoryModel.paper) -> "_Family":
@@ -468,6 +471,9 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
     to the least rejected term (no smaller budget admits anything more). ``hi`` defaults to vanilla's
     peak (the single transition ∅ → V: 2 M(V) for eq. 2); only pairs within ``hi`` are examined.
     """
+    key = hi, lo
+    if key in fam.min_budgets:
+        return fam.min_budgets[key]
     if hi is None:  # vanilla's peak: the single transition ∅ → V
         last = len(fam) - 1
         hi = int(_pair_cost(0, last, *fam.pairs)) if fam.pairs is not None else int(fam.msum[-1] + fam.cterm[-1])
@@ -480,6 +486,7 @@ def _min_budget(fam: _Family, hi: int | None = None, lo: int = 0) -> tuple[int, 
             hi = run.peak
         else:
             lo = max(mid + 1, min(run.next_budget, hi))
+    fam.min_budgets[key] = hi, steps
     return hi, steps
 
 
