@@ -12,7 +12,7 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
 * ours: ``recompute.backend(...)``'s partition for vanilla, the time-centric DP from its smallest
   feasible simulated peak towards vanilla's over ``--budgets`` budgets and the memory-centric DP at
   its smallest, planned with the ``simulator`` memory model and the ``measured`` cost model given
-  the time model below (:data:`PLANNING`: the DPs minimise the very seconds the points are priced
+  the time model below (:data:`PLANNING`, :data:`DP`: the DPs minimise the very seconds the points are priced
   by); each as planned and with cheap ops recomputed in the backward where that keeps
   fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`).
 
@@ -67,6 +67,9 @@ LONGEST_FIRST = ("unet", "pspnet", "densenet161", "resnet152", "googlenet", "vgg
 # our planners minimise the simulator's peak of the schedule that runs, at measured costs: on the CPU
 # the seconds the points are priced by (``time_model``), on a GPU each op timed on it
 PLANNING = {"cost_model": "measured", "memory_model": "simulator"}
+# the DPs' t in 2¹² levels of the step's forward time (a few ms at these sizes), not the default 2²⁰:
+# on DenseNet-161's compiled graph one budget took 14 minutes at 2²⁰ (a Pareto state per distinct t)
+DP = {**PLANNING, "time_levels": 1 << 12}
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
 
@@ -136,6 +139,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     c = _capture(name, batch, size)
     ex = time_model(name, size, c, batch, model_t)
     planning = {**PLANNING, "cost_options": {"time_model": ex}}
+    dp = {**DP, "cost_options": {"time_model": ex}}
     points: list[Point] = []
     priced: dict[str, Priced] = {}  # by the modules' code: a partition met again is not priced again
 
@@ -166,9 +170,9 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     eager_pts = eager_points(name, batch, size, ex, eager)
     executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None)
     ours("vanilla", "", vanilla)
-    first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
+    first = our_partition(c, "approxdp", strategy="tc", **dp)[2]
     ours("approxdp_tc", "budget min", first)
-    smallest_mc = our_partition(c, "approxdp", strategy="mc", **planning)[2]
+    smallest_mc = our_partition(c, "approxdp", strategy="mc", **dp)[2]
     ours("approxdp_mc", "budget min", smallest_mc)
 
     tried: list[int] = []
@@ -180,7 +184,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             return None
         tried.append(budget)
         try:
-            part = our_partition(c, "approxdp", strategy="tc", budget=budget, **planning)[2]
+            part = our_partition(c, "approxdp", strategy="tc", budget=budget, **dp)[2]
         except InfeasibleBudget:
             return None
         ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", part)
