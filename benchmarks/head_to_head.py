@@ -227,9 +227,12 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         budget = t.peak - c.param_bytes
         if dominated(t, [p for p in points + executor if p.family == "ours"]) or budget >= vanilla.peak:
             continue
-        at_budget = tc(budget) if budget > first.peak else None
-        plans = ([("vanilla", "", vanilla), *([("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", at_budget)] if at_budget else [])]
-                 if budget > first.peak else [("approxdp_tc", "budget min", first), ("approxdp_mc", "budget min", smallest_mc)])
+        if budget > first.peak:
+            plans = [("vanilla", "", vanilla)]
+            if at_budget := tc(budget):
+                plans.append(("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", at_budget))
+        else:
+            plans = [("approxdp_tc", "budget min", first), ("approxdp_mc", "budget min", smallest_mc)]
         for method, knob, part in plans:
             if not dominated(t, [p for p in points + executor if p.family == "ours"]):
                 remat_within(method, knob, part, t.peak)

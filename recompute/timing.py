@@ -61,9 +61,9 @@ _POOLS: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
 def _normal_pool(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``n`` standard normal values of ``dtype`` on ``device``: the start of one pool drawn once and
-    grown ×2 when too short (drawing normals costs many times a copy; a large step's inputs took a
-    fifth of its timing run to draw)."""
+    """``n`` standard normal values of ``dtype`` on ``device``: the start of one pool drawn once per
+    :meth:`TimeModel.measure` and grown ×2 when too short (drawing normals costs many times a copy; a
+    large step's inputs took a fifth of its timing run to draw)."""
     pool = _POOLS.get((dtype, device))
     if pool is None or pool.numel() < n:
         pool = _POOLS[(dtype, device)] = torch.empty(max(n, 2 * (0 if pool is None else pool.numel())),
@@ -219,8 +219,11 @@ class TimeModel:
         missing = [c for c in calls if c.key not in self.table]
         if missing:
             with self.lock, unset_fake_temporarily():
-                fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
-                                                           self.flush, self.enough), "timing")
+                try:
+                    fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
+                                                               self.flush, self.enough), "timing")
+                finally:
+                    _POOLS.clear()  # the values live for one measuring, not beside the steps (a GPU's memory)
 
     def costs(self, calls: Sequence[OpCall]) -> list[float]:
         """Each call's seconds (measuring the keys not timed yet)."""
