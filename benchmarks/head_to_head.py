@@ -12,7 +12,7 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
 * ours: ``recompute.backend(...)``'s partition for vanilla, the time-centric DP from its smallest
   feasible simulated peak towards vanilla's over ``--budgets`` budgets and the memory-centric DP at
   its smallest, planned with the ``simulator`` memory model and the ``measured`` cost model given
-  the time model below (:data:`PLANNING`, :data:`DP`: the DPs minimise the very seconds the points are priced
+  the time model below (:data:`PLANNING`: the DPs minimise the very seconds the points are priced
   by); each as planned and with cheap ops recomputed in the backward where that keeps
   fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`).
 
@@ -67,9 +67,6 @@ LONGEST_FIRST = ("unet", "pspnet", "densenet161", "resnet152", "googlenet", "vgg
 # our planners minimise the simulator's peak of the schedule that runs, at measured costs: on the CPU
 # the seconds the points are priced by (``time_model``), on a GPU each op timed on it
 PLANNING = {"cost_model": "measured", "memory_model": "simulator"}
-# the DPs' t in 2¹² levels of the step's forward time (a few ms at these sizes), not the default 2²⁰:
-# on DenseNet-161's compiled graph one budget took 14 minutes at 2²⁰ (a Pareto state per distinct t)
-DP = {**PLANNING, "time_levels": 1 << 12}
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
 
@@ -139,7 +136,6 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     c = _capture(name, batch, size)
     ex = time_model(name, size, c, batch, model_t)
     planning = {**PLANNING, "cost_options": {"time_model": ex}}
-    dp = {**DP, "cost_options": {"time_model": ex}}
     points: list[Point] = []
     priced: dict[str, Priced] = {}  # by the modules' code: a partition met again is not priced again
 
@@ -170,25 +166,53 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     eager_pts = eager_points(name, batch, size, ex, eager)
     executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None)
     ours("vanilla", "", vanilla)
-    first = our_partition(c, "approxdp", strategy="tc", **dp)[2]
+    first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
     ours("approxdp_tc", "budget min", first)
-    smallest_mc = our_partition(c, "approxdp", strategy="mc", **dp)[2]
+    listed: set[tuple[frozenset[int], ...]] = {tuple(first.plan.lower_sets)}  # our time-centric plans added
+    smallest_mc = our_partition(c, "approxdp", strategy="mc", **planning)[2]
     ours("approxdp_mc", "budget min", smallest_mc)
 
-    tried: list[int] = []
+    tried: dict[int, Any] = {first.peak: first}  # planner budget → our time-centric plan there (None: infeasible)
+
+    def planned(budget: int) -> Any:
+        if budget not in tried:
+            try:
+                tried[budget] = our_partition(c, "approxdp", strategy="tc", budget=budget, **planning)[2]
+            except InfeasibleBudget:
+                tried[budget] = None
+        return tried[budget]
 
     def tc(budget: int) -> Any:
-        """Our time-centric plan at ``budget`` (and its remat variants), or None where infeasible or
-        within 1% of a budget planned already (the same plan)."""
-        if any(abs(budget - b) <= b * 0.01 for b in tried):
-            return None
-        tried.append(budget)
-        try:
-            part = our_partition(c, "approxdp", strategy="tc", budget=budget, **dp)[2]
-        except InfeasibleBudget:
-            return None
-        ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", part)
+        """Our time-centric plan at ``budget`` (and its remat variants) added, once per distinct plan;
+        None where infeasible."""
+        part = planned(budget)
+        if part is not None and tuple(part.plan.lower_sets) not in listed:
+            listed.add(tuple(part.plan.lower_sets))
+            ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", part)
         return part
+
+    fit_memo: dict[int, int] = {}  # id of a partition → its step's peak with every cheap op recomputed
+
+    def lowest(part: Any) -> int:
+        if id(part) not in fit_memo:
+            q = with_remat(c, part, 0.0)
+            fit_memo[id(part)] = simulate_partition(q.forward, q.backward).peak + c.param_bytes
+        return fit_memo[id(part)]
+
+    def fitted(peak: int, steps: int = 8) -> int | None:
+        """The largest planner budget (``steps`` bisections from the smallest feasible towards
+        vanilla's) whose time-centric plan, with cheap ops recomputed, holds ≤ ``peak``; None where
+        not even the smallest does. A planner's budget bounds the canonical schedule's peak, which
+        holds each cached value to the end of its block's backward while the modules drop it after
+        its last read (and remat drops more): a budget equal to ``peak`` plans too tight a step."""
+        if lowest(first) > peak:
+            return None
+        lo, hi = first.peak, vanilla.peak
+        for _ in range(steps):
+            mid = (lo + hi) // 2
+            part = planned(mid)
+            lo, hi = (mid, hi) if part is not None and lowest(part) <= peak else (lo, mid)
+        return lo
 
     bisected: set[tuple[str, str, int]] = set()
 
@@ -218,21 +242,20 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             add(f"{method}+remat", f"{knob} weight {lo:.3g}".strip(), "ours", best.forward, best.backward)
 
     # the time-centric DP over an even grid; then, at the peak of each PyTorch point no plan of ours
-    # matches yet (less the parameters, which the partition's peak leaves out), the DP at that budget
-    # (our least time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it;
-    # below the DP's smallest peak, its smallest time- and memory-centric plans with as few as reach it
+    # matches yet, the DP at the largest budget whose step with cheap ops recomputed fits it (our least
+    # time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it; below the
+    # DP's smallest peak, its smallest time- and memory-centric plans with as few as reach it
     for j in range(1, budgets):
         tc(first.peak + (vanilla.peak - first.peak) * j // budgets)
     for t in sorted([p for p in points if p.family == "pytorch"] + eager_pts, key=lambda t: t.peak):
-        budget = t.peak - c.param_bytes
-        if dominated(t, [p for p in points + executor if p.family == "ours"]) or budget >= vanilla.peak:
+        if dominated(t, [p for p in points + executor if p.family == "ours"]) or t.peak - c.param_bytes >= vanilla.peak:
             continue
-        if budget > first.peak:
-            plans = [("vanilla", "", vanilla)]
-            if at_budget := tc(budget):
-                plans.append(("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", at_budget))
-        else:
+        budget = fitted(t.peak)
+        if budget is None:
             plans = [("approxdp_tc", "budget min", first), ("approxdp_mc", "budget min", smallest_mc)]
+        else:
+            knob = "budget min" if budget == first.peak else f"budget {budget / vanilla.peak:.2f} of vanilla"
+            plans = [("vanilla", "", vanilla), ("approxdp_tc", knob, tc(budget))]
         for method, knob, part in plans:
             if not dominated(t, [p for p in points + executor if p.family == "ours"]):
                 remat_within(method, knob, part, t.peak)

@@ -41,7 +41,7 @@ from recompute import nets
 from recompute.partitions import SOLVERS
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
-from .head_to_head import BUDGETS, DP, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method
+from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method
 
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
@@ -125,7 +125,7 @@ def _runners(model: torch.nn.Module, inputs: tuple, grid: Grid) -> Iterator[tupl
         yield method, knob, "pytorch", _optimized(model, method, options), contextlib.nullcontext()
     # the partitions' simulated peaks; planning needs no compiler, so these run eager
     probe = recompute.backend("vanilla", **PLANNING)
-    first = recompute.backend("approxdp", strategy="tc", **DP)
+    first = recompute.backend("approxdp", strategy="tc", **PLANNING)
     for b in (probe, first):
         torch._dynamo.reset()
         torch.compile(copy.deepcopy(model), backend=b)(*inputs)
@@ -135,7 +135,7 @@ def _runners(model: torch.nn.Module, inputs: tuple, grid: Grid) -> Iterator[tupl
     for weight in grid.remat:
         for budget in budgets:
             knob = "budget min" if budget is None else f"budget {budget / vanilla_peak:.2f} of vanilla"
-            backend = recompute.backend("approxdp", strategy="tc", budget=budget, runtime="inductor", remat=weight, **DP)
+            backend = recompute.backend("approxdp", strategy="tc", budget=budget, runtime="inductor", remat=weight, **PLANNING)
             method = "approxdp_tc" if weight is None else f"approxdp_tc+remat {weight:g}"
             yield method, knob, "ours", _compiled(model, backend=backend), contextlib.nullcontext()
 

@@ -29,6 +29,7 @@ ops read forward values in ways this decomposition does not cover (none of the z
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -36,6 +37,7 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from .fxnodes import runs_once
 from .schedule import held
 from .storage import joint_table
 
@@ -87,6 +89,10 @@ class BlockCosts:
     make_idx: np.ndarray
     read_ptr: np.ndarray  # storage s → ops that read it (directly or through an alias)
     read_idx: np.ndarray
+    arg_ptr: np.ndarray  # op x → the forward ops whose results it reads (its fx inputs among them)
+    arg_idx: np.ndarray
+    once: np.ndarray  # forward op x runs as the schedule says even where nothing reads it (random, a write)
+    tied: np.ndarray  # forward op x is a getitem: it runs where the op whose element it takes does
     st_size: np.ndarray
     ws: np.ndarray  # op x → the bytes it allocates and frees inside itself (a CUDA workspace)
     st_node: np.ndarray  # forward storage → its node of V; −1 for backward storages
@@ -198,10 +204,15 @@ class BlockCosts:
         k_ptr, k_idx = _csr([[] for _ in range(n_fwd)] + k_lists)
         make_ptr, make_idx = _csr(make)
         read_ptr, read_idx = _csr(readers)
+        fwd_op = {node.name: i for i, node in enumerate(fwd_nodes)}
+        arg_ptr, arg_idx = _csr([[fwd_op[a.name] for a in node.all_input_nodes if a.name in fwd_op] for node in ops])
+        once = np.array([runs_once(node) for node in fwd_nodes], bool)
+        tied = np.array([n.target is operator.getitem and n.args[0].name in fwd_op for n in fwd_nodes], bool)
         ws = np.array([p.workspace.get(x.name, 0) for x in ops], np.int64)
         return cls(
             n=n, n_fwd=n_fwd, fwd_ptr=fwd_ptr, fwd_idx=fwd_idx, key_ptr=key_ptr, key_idx=key_idx, k_ptr=k_ptr,
-            k_idx=k_idx, make_ptr=make_ptr, make_idx=make_idx, read_ptr=read_ptr, read_idx=read_idx, st_size=size,
+            k_idx=k_idx, make_ptr=make_ptr, make_idx=make_idx, read_ptr=read_ptr, read_idx=read_idx, arg_ptr=arg_ptr,
+            arg_idx=arg_idx, once=once, tied=tied, st_size=size,
             ws=ws, st_node=node_of, st_out=st_out, st_held=st_held, cache=cache, saved=saved,
             outs=o_bytes, has_own=has_own, constant=int(constant), tangents=int(tangents),
             out_total=int(o_bytes.sum()),
@@ -210,9 +221,9 @@ class BlockCosts:
     def arrays(self) -> tuple:
         """The kernel's view of the joint graph (a tuple numba takes as one argument)."""
         return (self.n_fwd, self.fwd_ptr, self.fwd_idx, self.key_ptr, self.key_idx, self.k_ptr, self.k_idx,
-                self.make_ptr, self.make_idx, self.read_ptr, self.read_idx, self.st_size, self.ws, self.st_node,
-                self.st_out, self.st_held, self.cache, self.outs, np.int64(self.constant),
-                np.int64(self.tangents), np.int64(self.out_total))
+                self.make_ptr, self.make_idx, self.read_ptr, self.read_idx, self.arg_ptr, self.arg_idx, self.once,
+                self.tied, self.st_size, self.ws, self.st_node, self.st_out, self.st_held, self.cache, self.outs,
+                np.int64(self.constant), np.int64(self.tangents), np.int64(self.out_total))
 
     def family(self, bits: np.ndarray, boundary: np.ndarray) -> "FamilyCosts":
         """Per-set terms for a family of lower sets (packed bitsets, ∅ first and V last) and their
@@ -266,17 +277,20 @@ class FamilyCosts:
         """A family of no graph: the placeholder arguments of a DP run that does not use the simulator."""
         z, b = np.zeros(1, np.int64), np.zeros(1, bool)
         costs = BlockCosts(n=0, n_fwd=0, fwd_ptr=z, fwd_idx=z, key_ptr=z, key_idx=z, k_ptr=z, k_idx=z, make_ptr=z,
-                           make_idx=z, read_ptr=z, read_idx=z, st_size=z, ws=z, st_node=z, st_out=b, st_held=b, cache=z,
-                           saved=z, outs=z, has_own=b, constant=0, tangents=0, out_total=0)
+                           make_idx=z, read_ptr=z, read_idx=z, arg_ptr=z, arg_idx=z, once=b, tied=b, st_size=z, ws=z,
+                           st_node=z, st_out=b, st_held=b, cache=z, saved=z, outs=z, has_own=b, constant=0, tangents=0,
+                           out_total=0)
         bits = np.zeros((1, 1), np.uint64)
         return cls(costs, bits, bits, np.zeros(2, np.int64), z, z, z, _scratch(1, 1, 1))
 
 
 def _scratch(n_ops: int, n_st: int, n: int) -> tuple:
     """Work arrays of :func:`_pair_cost`: a stamp, per op its stamp and step, the steps, the live-bytes
-    deltas, the (birth, death, bytes) events (a storage's, or a workspace's), the block's nodes."""
+    deltas, the (birth, death, bytes) events (a storage's, or a workspace's), the block's nodes, per op
+    the stamp of the phase that reads its result."""
     return (np.zeros(1, np.int64), np.full(n_ops, -1, np.int64), np.zeros(n_ops, np.int64), np.empty(n_ops, np.int64),
-            np.zeros(n_ops + 2, np.int64), np.empty((n_st + n_ops + 16, 3), np.int64), np.empty(max(n, 1), np.int64))
+            np.zeros(n_ops + 2, np.int64), np.empty((n_st + n_ops + 16, 3), np.int64), np.empty(max(n, 1), np.int64),
+            np.full(n_ops, -1, np.int64))
 
 
 def unpack_rows(bits: np.ndarray, n: int) -> np.ndarray:
@@ -304,7 +318,7 @@ def _meets(bits: np.ndarray, r: int, k_ptr: np.ndarray, k_idx: np.ndarray, x: in
 
 @numba.njit(cache=True)
 def _crossing(bits, n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx,
-              st_size, ws, st_node, st_out, st_held, cache, outs, constant, tangents, out_total):  # fmt: skip
+              arg_ptr, arg_idx, once, tied, st_size, ws, st_node, st_out, st_held, cache, outs, constant, tangents, out_total):  # fmt: skip
     """Per set L′: the backward storages made before its block and read in it or after (gradients on
     their way down), and the bytes of parameter gradients made before it."""
     k = bits.shape[0]
@@ -371,9 +385,9 @@ def _block_nodes(bits, i, j, out):
 def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in, arrays, scratch):
     """B(L_i, L_j) (the module docstring): the larger of the block's forward and backward phases, or
     both at once for the last block (j is the family's last row, V)."""
-    (n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx, st_size, ws,
-     st_node, st_out, st_held, cache, outs, constant, tangents, out_total) = arrays
-    stamp_box, mark, step_of, steps, delta, events, nodes = scratch
+    (n_fwd, fwd_ptr, fwd_idx, key_ptr, key_idx, k_ptr, k_idx, make_ptr, make_idx, read_ptr, read_idx, arg_ptr, arg_idx,
+     once, tied, st_size, ws, st_node, st_out, st_held, cache, outs, constant, tangents, out_total) = arrays
+    stamp_box, mark, step_of, steps, delta, events, nodes, need = scratch
     n = fwd_ptr.shape[0] - 1
     last = j == bits.shape[0] - 1
     nv = _block_nodes(bits, i, j, nodes)
@@ -429,12 +443,15 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
                 steps[m] = fwd_idx[e]
                 m += 1
     m = _add_backward(i, nodes, nv, n, key_ptr, key_idx, k_ptr, k_idx, mark, stamp, steps, m, bits, False)
-    if m == 0:
-        return fwd_peak
     srt = steps[:m]
     srt.sort()
     for t in range(m):
         mark[srt[t]] = stamp
+    m = _drop_unread(srt, m, n_fwd, arg_ptr, arg_idx, once, tied, mark, need, stamp)
+    if m == 0:
+        return fwd_peak
+    srt = steps[:m]
+    for t in range(m):
         step_of[srt[t]] = t
     ev = 0
     for t in range(m):
@@ -456,6 +473,30 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
         ev += 1
     base = constant + tangents + out_total + before[j] + cached
     return max(fwd_peak, _replay(m, base, events, ev, delta))
+
+
+@numba.njit(cache=True)
+def _drop_unread(srt, m, n_fwd, arg_ptr, arg_idx, once, tied, mark, need, stamp):
+    """Drop from the backward phase's ``m`` sorted steps the recomputed forward ops whose results no
+    later kept step reads (as :func:`recompute.schedule.canonical` does; the ``getitem``s of a kept
+    op stay), unmarking them; returns
+    how many steps are kept, moved to the front of ``srt`` in order."""
+    for t in range(m - 1, -1, -1):
+        x = srt[t]
+        if x < n_fwd and need[x] != stamp and not once[x]:
+            mark[x] = -1
+            continue
+        for e in range(arg_ptr[x], arg_ptr[x + 1]):
+            need[arg_idx[e]] = stamp
+    kept = 0
+    for t in range(m):
+        x = srt[t]
+        if mark[x] != stamp and tied[x] and mark[arg_idx[arg_ptr[x]]] == stamp:
+            mark[x] = stamp  # the getitem of a kept multi-output op: its tuple lives until the last one
+        if mark[x] == stamp:
+            srt[kept] = x
+            kept += 1
+    return kept
 
 
 @numba.njit(cache=True)

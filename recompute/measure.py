@@ -131,6 +131,11 @@ class MemoryMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.sweep()
         out = func(*args, **(kwargs or {}))
+        mask = _output_mask(func, args, kwargs or {})
+        if mask is not None and isinstance(out, tuple) and len(out) == len(mask):
+            # the device kernels leave an output the mask turns off undefined (None); FakeTensorMode's
+            # make it anyway (native_batch_norm_backward's grad_input), a tensor the step never holds
+            out = tuple(o if on else None for o, on in zip(out, mask))
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 self.track(t)
@@ -140,6 +145,14 @@ class MemoryMeter(TorchDispatchMode):
         super().__exit__(*exc)
         self.sweep()
         self._storages.clear()
+
+
+def _output_mask(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Sequence[bool] | None:
+    """The ``output_mask`` argument of an op that takes one (the backward ops: which gradients to make)."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name == "output_mask":
+            return kwargs["output_mask"] if "output_mask" in kwargs else args[i] if i < len(args) else None
+    return None
 
 
 def default_loss(out: Any) -> torch.Tensor:

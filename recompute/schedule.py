@@ -7,23 +7,27 @@ dies after its last use, or after ``release`` where a schedule keeps it longer o
 
 :func:`canonical` compiles a lower-set sequence L_1 ≺ … ≺ L_k = V into the canonical strategy of
 Kusumoto et al. (2019, §3): the forward pass computes V block by block (:func:`forward_order`: random
-ops draw from the generator in the same order as plain training) and keeps the boundaries ∂(L_i) (and, as autograd would, what the last block's backward reads); then for i = k, …, 1 the
-backward phase recomputes V_i \\ ∂(L_i) from the cache, runs the backward ops of V_i, and lets the
-cached ∂(L_i) go. Cached values are kept until their own block's backward is done even where the
-last reader ran earlier: that is what makes the memory of block i depend only on (L_{i-1}, L_i) and
-the cache M(U_{i-1}), the structure the DP exploits (:mod:`recompute.blockcost`). For the same
-reason the prologue's values and BatchNorm's new statistics are held to the end of the step.
+ops draw from the generator in the same order as plain training) and keeps the boundaries ∂(L_i)
+(and, as autograd would, what the last block's backward reads); then for i = k, …, 1 the backward
+phase recomputes V_i \\ ∂(L_i) from the cache (those of its ops whose results something reads),
+runs the backward ops of V_i, and lets the cached ∂(L_i) go. Cached values are kept until their own
+block's backward is done even where the last reader ran earlier: that is what makes the memory of
+block i depend only on (L_{i-1}, L_i) and the cache M(U_{i-1}), the structure the DP exploits
+(:mod:`recompute.blockcost`). For the same reason the prologue's values and BatchNorm's new
+statistics are held to the end of the step.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import torch.fx as fx
 
 from . import lowerset
-from .fxnodes import is_random, output_tensors
+from .fxnodes import is_random, output_tensors, runs_once
 from .storage import is_alias
 
 if TYPE_CHECKING:
@@ -176,4 +180,33 @@ def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
     # depends on the blocks where their readers ran
     release.setdefault(len(steps) - 1, []).extend(
         [*((n.name, 0) for n in p.prologue if not is_alias(n)), *((name, 0) for name in joint.buffer_writes)])
-    return Schedule(steps=steps, reads=reads, backward_start=backward_start, release=release, block=where)
+    return _unread_dropped(joint, Schedule(steps=steps, reads=reads, backward_start=backward_start, release=release, block=where))
+
+
+def _unread_dropped(joint: "JointProgram", s: Schedule) -> Schedule:
+    """``s`` without the recomputations that no later step reads, directly or through another kept
+    one: V_i \\ ∂(L_i) is recomputed node by node, but where a cached value stands for the ops that
+    made it (a block's cached output after its BatchNorm), those ops' results are read by nothing.
+    Random ops and writes run as the schedule says, and so do the ``getitem``s of a kept op. A
+    release point on a dropped step moves to the kept step before it."""
+    needed: set[Instance] = set()
+    keep = [True] * len(s)
+    for i in range(len(s) - 1, -1, -1):
+        if s.steps[i][1] > 0 and s.steps[i] not in needed and not runs_once(joint.node(s.steps[i][0])):
+            keep[i] = False
+        else:
+            needed.update(s.reads[i])
+    if all(keep):
+        return s
+    # a kept multi-output op's elements stay with it: its tuple lives until its last getitem reads it
+    kept = {inst for inst, k in zip(s.steps, keep) if k}
+    for i, inst in enumerate(s.steps):
+        if not keep[i] and joint.node(inst[0]).target is operator.getitem and s.reads[i][0] in kept:
+            keep[i] = True
+            kept.add(inst)
+    position = [c - 1 for c in itertools.accumulate(keep)]  # a dropped step's: the kept one before it
+    release: dict[int, list[Instance]] = {}
+    for i, values in s.release.items():
+        release.setdefault(position[i], []).extend(values)
+    return Schedule(steps=list(itertools.compress(s.steps, keep)), reads=list(itertools.compress(s.reads, keep)),
+                    backward_start=s.backward_start, release=release, block=list(itertools.compress(s.block, keep)))
