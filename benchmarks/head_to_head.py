@@ -69,6 +69,7 @@ LONGEST_FIRST = ("unet", "pspnet", "densenet161", "resnet152", "googlenet", "vgg
 PLANNING = {"cost_model": "measured", "memory_model": "simulator"}
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
+FAST = 1.3  # the time, × plain training's, within which the issue's bar compares the smallest peaks
 
 
 @dataclass
@@ -139,9 +140,13 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     points: list[Point] = []
     priced: dict[str, Priced] = {}  # by the modules' code: a partition met again is not priced again
 
-    def add(method: str, knob: str, family: str, fw: fx.GraphModule, bw: fx.GraphModule) -> None:
+    def cost(fw: fx.GraphModule, bw: fx.GraphModule) -> Priced:
         key = fw.code + bw.code
-        q = priced[key] = priced[key] if key in priced else price(c, fw, bw, ex)
+        priced[key] = priced[key] if key in priced else price(c, fw, bw, ex)
+        return priced[key]
+
+    def add(method: str, knob: str, family: str, fw: fx.GraphModule, bw: fx.GraphModule) -> None:
+        q = cost(fw, bw)
         ratio = q.seconds / points[0].seconds if points else 1.0  # the first is the unpartitioned step
         points.append(Point(name, batch, size, method, knob, family, q.peak, q.seconds, ratio, q.saved_bytes))
         print(f"{name} {method} {knob}: {q.peak / GIB:.3f} GiB, {q.seconds:.2f} s", flush=True)
@@ -191,13 +196,14 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             ours("approxdp_tc", f"budget {budget / vanilla.peak:.2f} of vanilla", part)
         return part
 
-    fit_memo: dict[int, int] = {}  # id of a partition → its step's peak with every cheap op recomputed
+    fit_memo: dict[tuple[frozenset[int], ...], int] = {}  # a plan → its step's peak with every cheap op recomputed
 
     def lowest(part: Any) -> int:
-        if id(part) not in fit_memo:
+        key = tuple(part.plan.lower_sets)  # nearby budgets give the same plan
+        if key not in fit_memo:
             q = with_remat(c, part, 0.0)
-            fit_memo[id(part)] = simulate_partition(q.forward, q.backward).peak + c.param_bytes
-        return fit_memo[id(part)]
+            fit_memo[key] = simulate_partition(q.forward, q.backward).peak + c.param_bytes
+        return fit_memo[key]
 
     def fitted(peak: int, steps: int = 8) -> int | None:
         """The largest planner budget (``steps`` bisections from the smallest feasible towards
@@ -213,6 +219,19 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             part = planned(mid)
             lo, hi = (mid, hi) if part is not None and lowest(part) <= peak else (lo, mid)
         return lo
+
+    def smallest_within(ratio: float, steps: int = 5) -> None:
+        """Our time-centric plan (and its remat variants) at the smallest planner budget (``steps``
+        bisections from vanilla's towards the smallest feasible) whose step as planned takes ≤
+        ``ratio`` × plain training's time: our smallest peak within a PyTorch point's time."""
+        lo, hi = first.peak, vanilla.peak
+        for _ in range(steps):
+            mid = (lo + hi) // 2
+            part = planned(mid)
+            limit = ratio * points[0].seconds * (1 + SAME_TIME)
+            fast = part is not None and cost(part.forward, part.backward).seconds <= limit
+            lo, hi = (lo, mid) if fast else (mid, hi)
+        tc(hi)
 
     bisected: set[tuple[str, str, int]] = set()
 
@@ -259,6 +278,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         for method, knob, part in plans:
             if not dominated(t, [p for p in points + executor if p.family == "ours"]):
                 remat_within(method, knob, part, t.peak)
+    if bar := smallest_fast([p for p in points if p.family == "pytorch"] + eager_pts):
+        smallest_within(bar.time_ratio)
     return points + eager_pts + executor
 
 
@@ -357,6 +378,12 @@ def best_at(ours: list[Point], *, ratio: float | None = None, peak: int | None =
     return min(fit, key=lambda p: (p.time_ratio, p.peak)) if fit else None
 
 
+def smallest_fast(theirs: list[Point]) -> Point | None:
+    """PyTorch's smallest peak within :data:`FAST` × plain training's time (the issue's bar: ours ≤ 0.8× of it within its time)."""
+    fast = [t for t in theirs if t.time_ratio <= FAST]
+    return min(fast, key=lambda p: (p.peak, p.time_ratio)) if fast else None
+
+
 def dominated(theirs: Point, ours: list[Point]) -> bool:
     """Whether a point of ``ours`` reaches ≤ ``theirs``' peak at ≤ its time."""
     mine = best_at(ours, ratio=theirs.time_ratio)
@@ -393,8 +420,7 @@ def verdict(points: list[Point]) -> list[str]:
     ours = [p for p in points if p.family == "ours"]
     theirs = [p for p in points if p.family == "pytorch"]
     undominated = [t for t in theirs if not dominated(t, ours)]
-    fast = [t for t in theirs if t.time_ratio <= 1.3]
-    best = min(fast, key=lambda p: (p.peak, p.time_ratio)) if fast else None
+    best = smallest_fast(theirs)
     mine = best_at(ours, ratio=best.time_ratio) if best else None
     return [points[0].network, f"{points[0].batch_size} × {points[0].input_size}²", f"{eager.peak / GIB:.2f}",
             "—" if best is None else f"{best.peak / GIB:.2f} ({label(best)}, {best.time_ratio:.3f}×)",

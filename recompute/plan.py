@@ -40,7 +40,8 @@ class Plan:
         method, strategy: the planner that made it (``strategy`` is ``"tc"``/``"mc"`` for the DPs).
         lower_sets: L_1 ≺ … ≺ L_k = V as frozensets of node ids.
         cached: U_k = ∪ ∂(L_i), the values kept from the forward pass.
-        overhead: recomputation cost Σ_{i<k} T(V_i \\ ∂(L_i)) (eq. 1 without the never-recomputed V_k).
+        overhead: recomputation cost Σ_{i<k} T(V_i \\ ∂(L_i)) (eq. 1 without the never-recomputed V_k);
+            the canonical schedule skips the ops whose results nothing reads, so it bounds what runs.
         peak: bytes at the peak of the step: on a traced graph the simulator's exact peak of the
             schedule that runs (``memory_model="simulator"``); on a graph built from edges,
             M({L_1 ≺ … ≺ L_k}) of eq. (2) or its liveness variant.

@@ -180,7 +180,8 @@ def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:
     # depends on the blocks where their readers ran
     release.setdefault(len(steps) - 1, []).extend(
         [*((n.name, 0) for n in p.prologue if not is_alias(n)), *((name, 0) for name in joint.buffer_writes)])
-    return _unread_dropped(joint, Schedule(steps=steps, reads=reads, backward_start=backward_start, release=release, block=where))
+    s = Schedule(steps=steps, reads=reads, backward_start=backward_start, release=release, block=where)
+    return _unread_dropped(joint, s)
 
 
 def _unread_dropped(joint: "JointProgram", s: Schedule) -> Schedule:
