@@ -205,33 +205,31 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             fit_memo[key] = simulate_partition(q.forward, q.backward).peak + c.param_bytes
         return fit_memo[key]
 
-    def fitted(peak: int, steps: int = 8) -> int | None:
-        """The largest planner budget (``steps`` bisections from the smallest feasible towards
-        vanilla's) whose time-centric plan, with cheap ops recomputed, holds ≤ ``peak``; None where
-        not even the smallest does. A planner's budget bounds the canonical schedule's peak, which
-        holds each cached value to the end of its block's backward while the modules drop it after
-        its last read (and remat drops more): a budget equal to ``peak`` plans too tight a step."""
+    def bisect(up: Any, steps: int) -> tuple[int, int]:
+        """``steps`` bisections of the planner budget between the smallest feasible and vanilla's,
+        moving the low end up where ``up`` holds for the time-centric plan at the middle (None where
+        infeasible): the bracket (lo, hi) left."""
+        lo, hi = first.peak, vanilla.peak
+        for _ in range(steps):
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if up(planned(mid)) else (lo, mid)
+        return lo, hi
+
+    def fitted(peak: int) -> int | None:
+        """The largest planner budget whose time-centric plan, with cheap ops recomputed, holds ≤
+        ``peak``; None where not even the smallest does. A planner's budget bounds the canonical
+        schedule's peak, which holds each cached value to the end of its block's backward while the
+        modules drop it after its last read (and remat drops more): a budget equal to ``peak`` plans
+        too tight a step."""
         if lowest(first) > peak:
             return None
-        lo, hi = first.peak, vanilla.peak
-        for _ in range(steps):
-            mid = (lo + hi) // 2
-            part = planned(mid)
-            lo, hi = (mid, hi) if part is not None and lowest(part) <= peak else (lo, mid)
-        return lo
+        return bisect(lambda part: part is not None and lowest(part) <= peak, steps=8)[0]
 
-    def smallest_within(ratio: float, steps: int = 5) -> None:
-        """Our time-centric plan (and its remat variants) at the smallest planner budget (``steps``
-        bisections from vanilla's towards the smallest feasible) whose step as planned takes ≤
-        ``ratio`` × plain training's time: our smallest peak within a PyTorch point's time."""
-        lo, hi = first.peak, vanilla.peak
-        for _ in range(steps):
-            mid = (lo + hi) // 2
-            part = planned(mid)
-            limit = ratio * points[0].seconds * (1 + SAME_TIME)
-            fast = part is not None and cost(part.forward, part.backward).seconds <= limit
-            lo, hi = (lo, mid) if fast else (mid, hi)
-        tc(hi)
+    def smallest_within(ratio: float) -> None:
+        """Our time-centric plan (and its remat variants) at the smallest planner budget whose step as
+        planned takes ≤ ``ratio`` × plain training's time: our smallest peak within a PyTorch point's time."""
+        limit = ratio * points[0].seconds * (1 + SAME_TIME)
+        tc(bisect(lambda part: part is None or cost(part.forward, part.backward).seconds > limit, steps=5)[1])
 
     bisected: set[tuple[str, str, int]] = set()
 

@@ -479,8 +479,7 @@ def _pair_cost(i, j, bits, boundary, crossing_ptr, crossing_idx, before, outs_in
 def _drop_unread(srt, m, n_fwd, arg_ptr, arg_idx, once, tied, mark, need, stamp):
     """Drop from the backward phase's ``m`` sorted steps the recomputed forward ops whose results no
     later kept step reads (as :func:`recompute.schedule.canonical` does; the ``getitem``s of a kept
-    op stay), unmarking them; returns
-    how many steps are kept, moved to the front of ``srt`` in order."""
+    op stay), unmarking them; returns how many steps are kept, moved to the front of ``srt`` in order."""
     for t in range(m - 1, -1, -1):
         x = srt[t]
         if x < n_fwd and need[x] != stamp and not once[x]:
