@@ -10,7 +10,7 @@ paper's batch costs no memory. Then any partition function runs on copies of it:
 * :func:`torch_partition` — ``min_cut_rematerialization_partition`` under an
   ``activation_memory_budget`` and an ``activation_memory_budget_solver`` (:data:`SOLVERS`);
 * :func:`our_partition` — :class:`recompute.dynamo.Backend`'s, i.e. ``recompute.backend(...)``, and
-  :func:`with_remat` the same plan with cheap ops recomputed (``remat=``).
+  :func:`split_plan` any plan of its graph (another budget's, or with cheap ops recomputed: ``remat=``).
 
 :func:`price` gives a (forward, backward) pair's peak (:func:`recompute.simulate.simulate_partition`) and predicted seconds
 (:mod:`recompute.timing`).
@@ -33,12 +33,13 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .dynamo import Backend, Partition, backend, partition_of
 from .fxnodes import output_tensors
+from .graph import Graph
 from .measure import default_loss
-from .plan import DEFAULT_METHOD
+from .plan import DEFAULT_METHOD, Plan
 from .simulate import simulate_partition
 from .timing import BatchExtrapolation, TimeModel, module_calls
 
-__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "with_remat", "price",
+__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "split_plan", "price",
            "saved_bytes"]
 
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")  # activation_memory_budget_solver in torch 2.14
@@ -152,11 +153,11 @@ def our_partition(c: JointCapture, method: str = DEFAULT_METHOD, **options: Any)
     return fw, bw, b.partitions[-1]
 
 
-def with_remat(c: JointCapture, part: Partition, weight: float) -> Partition:
-    """``part``'s plan split again with cheap ops recomputed at ``weight`` (``recompute.backend(...,
-    remat=weight)``'s partition, without planning again)."""
+def split_plan(c: JointCapture, g: Graph, p: Plan, remat: float | None = None) -> Partition:
+    """Plan ``p`` of ``g`` (the graph a partition of ``c`` was planned on) split into the forward and
+    backward modules ``recompute.backend(..., remat=remat)`` makes of it, without planning again."""
     with _fake_mode(c):
-        return partition_of(part.graph, part.plan, c.num_fwd_outputs, weight)
+        return partition_of(g, p, c.num_fwd_outputs, remat)
 
 
 @dataclass

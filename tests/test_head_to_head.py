@@ -33,6 +33,7 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     h.figure(points, tmp_path / "pareto_chain.png")
     assert (tmp_path / "pareto_chain.png").stat().st_size > 0
     assert "chain" in h.report({"chain": points}, "header")
+    assert len(h.verdict(points)) == len(h.VERDICT_HEADERS)
 
 
 def test_a_batch_no_larger_than_the_probes_is_timed_at_itself():
