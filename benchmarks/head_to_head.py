@@ -241,12 +241,14 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
     def smallest_within(limit: float) -> None:
         """Our time-centric plan (and its remat variants) at the smallest planner budget whose step as
-        planned takes ≤ ``limit`` seconds: our smallest peak within a PyTorch point's time."""
-        tc(bisect(lambda part: part is None or cost(part.forward, part.backward).seconds > limit, steps=5)[1])
+        planned takes ≤ ``limit`` seconds: our smallest peak within a PyTorch point's time (the DP's
+        smallest, listed already, where it is that fast)."""
+        if cost(first.forward, first.backward).seconds > limit:
+            tc(bisect(lambda part: part is None or cost(part.forward, part.backward).seconds > limit, steps=5)[1])
 
     bisected: set[tuple[str, str, int | float]] = set()  # (plan, knob, peak or time) searched already
 
-    def remat_turn(part: Any, holds: Callable[[Priced], bool], steps: int = 5) -> tuple[Any, Any]:
+    def remat_turn(part: Any, holds: Callable[[Any], bool], steps: int = 5) -> tuple[Any, Any]:
         """``part`` with cheap ops recomputed at the two remat weights around where ``holds`` turns false
         (it holds at small weights, which recompute most), as (weight, partition) or None where not
         reached: the weight grows ×4 from 1 while ``holds``, then ``steps`` bisections. Weights above 1
@@ -255,14 +257,14 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         lo, hi, below, above = 0.0, 1.0, None, None
         while hi <= REMAT_CEILING:
             q = split_plan(c, part.graph, part.plan, hi)
-            if not holds(cost(q.forward, q.backward)):
+            if not holds(q):
                 above = hi, q
                 break
             lo, hi, below = hi, hi * 4, (hi, q)
         for _ in range(steps if above is not None else 0):
             mid = (lo + hi) / 2
             q = split_plan(c, part.graph, part.plan, mid)
-            if holds(cost(q.forward, q.backward)):
+            if holds(q):
                 lo, below = mid, (mid, q)
             else:
                 hi, above = mid, (mid, q)
@@ -272,7 +274,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         """``part`` with the fewest cheap ops recomputed that hold its step ≤ ``peak`` (once per plan and peak)."""
         if (method, knob, peak) not in bisected:
             bisected.add((method, knob, peak))
-            if (fit := remat_turn(part, lambda q: q.peak <= peak)[0]) is not None:
+            if (fit := remat_turn(part, lambda q: simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak)[0]) is not None:
                 add(f"{method}+remat", f"{knob} weight {fit[0]:.3g}".strip(), "ours", fit[1].forward, fit[1].backward)
 
     def remat_faster(method: str, knob: str, part: Any, limit: float) -> None:
@@ -280,7 +282,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         plan and time): the smallest peak remat reaches from it within that time."""
         if (method, knob, limit) not in bisected:
             bisected.add((method, knob, limit))
-            if (fast := remat_turn(part, lambda q: q.seconds > limit)[1]) is not None:
+            if (fast := remat_turn(part, lambda q: cost(q.forward, q.backward).seconds > limit)[1]) is not None:
                 add(f"{method}+remat", f"{knob} weight {fast[0]:.3g}".strip(), "ours", fast[1].forward, fast[1].backward)
 
     # the time-centric DP over an even grid; then, at the peak of each PyTorch point no plan of ours
