@@ -2,6 +2,7 @@
 
     python -m experiments.beaumont_figures            # print the numbers and the paper's claims
     python -m experiments.beaumont_figures --write    # also write paper_figures/beaumont_fig{7,9}.{csv,png}
+                                                      # and beaumont_figures.json (commit and command)
     python -m experiments.beaumont_figures --render   # only the PNGs, from the CSVs
 
 Fig. 7: makespan / optimal makespan against slots / C_opt for SNN (2L, 2L, 2L), CM (L, 5L) and a chain
@@ -13,6 +14,7 @@ the graph's length 2L + 1.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +22,13 @@ import pandas as pd
 
 from recompute.multirecompute import c_min, c_opt, equiv_chain, join_table
 
+from .runner import git_commit
+
 OUT = Path(__file__).resolve().parents[1] / "paper_figures"
 FIG7_L = (5, 15)
 FIG9_L = tuple(range(1, 21))
 FIG9_SLOTS = (9, 12, 15)
+COMMAND = "python -m experiments.beaumont_figures --write"
 MODELS = {"SNN (2L,2L,2L)": lambda L: (2 * L,) * 3, "CM (L,5L)": lambda L: (L, 5 * L), "chain 6L": lambda L: (6 * L,)}
 
 
@@ -69,7 +74,7 @@ def halving(df7: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot7(df7: pd.DataFrame, path: Path) -> None:
+def plot7(df7: pd.DataFrame, path: Path, stamp: str) -> None:
     import matplotlib.pyplot as plt
 
     top = 3.0  # the few slots next to c_min go far higher; they are written at the top edge instead
@@ -91,12 +96,13 @@ def plot7(df7: pd.DataFrame, path: Path) -> None:
     axes[0].set_ylabel("makespan / optimal makespan (12L + 1)")
     axes[1].legend(fontsize=8, loc="center right")
     fig.suptitle("Beaumont et al. (2020) Fig. 7 by simulation: optimal join DP, uf = ub = ut = 1")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.text(0.01, 0.005, stamp, fontsize=6, color="0.4")
     fig.savefig(path, dpi=130, metadata={"Software": None})
     plt.close(fig)
 
 
-def plot9(df9: pd.DataFrame, path: Path) -> None:
+def plot9(df9: pd.DataFrame, path: Path, stamp: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -106,15 +112,19 @@ def plot9(df9: pd.DataFrame, path: Path) -> None:
            title="Beaumont et al. (2020) Fig. 9b by simulation")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.text(0.01, 0.005, stamp, fontsize=6, color="0.4")
     fig.savefig(path, dpi=130, metadata={"Software": None})
     plt.close(fig)
 
 
 def render(out: Path = OUT) -> None:
-    """``beaumont_fig{7,9}.png`` from the CSVs that ``--write`` wrote (nothing recomputed)."""
-    plot7(pd.read_csv(out / "beaumont_fig7.csv"), out / "beaumont_fig7.png")
-    plot9(pd.read_csv(out / "beaumont_fig9.csv"), out / "beaumont_fig9.png")
+    """``beaumont_fig{7,9}.png`` from the CSVs that ``--write`` wrote (nothing recomputed), each
+    stamped with the commit and command of ``beaumont_figures.json``."""
+    made = json.loads((out / "beaumont_figures.json").read_text())
+    stamp = f"data at commit {(made['git_commit'] or 'unknown')[:7]}: {made['command']}"
+    plot7(pd.read_csv(out / "beaumont_fig7.csv"), out / "beaumont_fig7.png", stamp)
+    plot9(pd.read_csv(out / "beaumont_fig9.csv"), out / "beaumont_fig9.png", stamp)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -137,8 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         df7.to_csv(args.out / "beaumont_fig7.csv", index=False, float_format="%.6g")
         df9.to_csv(args.out / "beaumont_fig9.csv", index=False, float_format="%.6g")
+        (args.out / "beaumont_figures.json").write_text(json.dumps({"git_commit": git_commit(), "command": COMMAND}) + "\n")
         render(args.out)
-        print(f"\nwrote {args.out}/beaumont_fig{{7,9}}.{{csv,png}}")
+        print(f"\nwrote {args.out}/beaumont_fig{{7,9}}.{{csv,png}} and beaumont_figures.json")
 
 
 if __name__ == "__main__":
