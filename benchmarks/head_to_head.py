@@ -270,20 +270,23 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
                 hi, above = mid, (mid, q)
         return below, above
 
+    def remat_point(method: str, knob: str, bound: int | float, found: Any) -> None:
+        """Add the (weight, partition) a remat search found, if any; each plan is searched once per bound."""
+        bisected.add((method, knob, bound))
+        if found is not None:
+            add(f"{method}+remat", f"{knob} weight {found[0]:.3g}".strip(), "ours", found[1].forward, found[1].backward)
+
     def remat_within(method: str, knob: str, part: Any, peak: int) -> None:
-        """``part`` with the fewest cheap ops recomputed that hold its step ≤ ``peak`` (once per plan and peak)."""
+        """``part`` with the fewest cheap ops recomputed that hold its step ≤ ``peak``."""
         if (method, knob, peak) not in bisected:
-            bisected.add((method, knob, peak))
-            if (fit := remat_turn(part, lambda q: simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak)[0]) is not None:
-                add(f"{method}+remat", f"{knob} weight {fit[0]:.3g}".strip(), "ours", fit[1].forward, fit[1].backward)
+            fits = lambda q: simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak  # noqa: E731
+            remat_point(method, knob, peak, remat_turn(part, fits)[0])
 
     def remat_faster(method: str, knob: str, part: Any, limit: float) -> None:
-        """``part`` with the most cheap ops recomputed whose step takes ≤ ``limit`` seconds (once per
-        plan and time): the smallest peak remat reaches from it within that time."""
+        """``part`` with the most cheap ops recomputed whose step takes ≤ ``limit`` seconds: the smallest
+        peak remat reaches from it within that time."""
         if (method, knob, limit) not in bisected:
-            bisected.add((method, knob, limit))
-            if (fast := remat_turn(part, lambda q: cost(q.forward, q.backward).seconds > limit)[1]) is not None:
-                add(f"{method}+remat", f"{knob} weight {fast[0]:.3g}".strip(), "ours", fast[1].forward, fast[1].backward)
+            remat_point(method, knob, limit, remat_turn(part, lambda q: cost(q.forward, q.backward).seconds > limit)[1])
 
     # the time-centric DP over an even grid; then, at the peak of each PyTorch point no plan of ours
     # matches yet, the DP at the largest budget whose step with cheap ops recomputed fits it (our least
