@@ -385,11 +385,27 @@ def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
         out = torch.func.functional_call(model, buffers, tuple(xs), strict=False)
         flat = _check_outputs(model, out if loss_fn is None else loss_fn(out), inputs)
         specs = [(t.shape, t.dtype, t.device) for t in flat]
-        grads = torch.autograd.grad(flat, trainable, [torch.ones_like(t) for t in flat],
-                                    allow_unused=True) if trainable else ()
-    unused = [p for p, g in zip(trainable, grads) if g is None]
+    reached = _leaves_reached(flat)
+    unused = [p for p in trainable if id(p) not in reached]
     with mode if mode is not None else contextlib.nullcontext():
         return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs], unused
+
+
+def _leaves_reached(outputs: Sequence[torch.Tensor]) -> set[int]:
+    """The ids of the leaf tensors whose gradients a backward from ``outputs`` accumulates: the
+    parameters ``torch.autograd.grad(..., allow_unused=True)`` would not answer None for, found by
+    walking the autograd graph instead of running its backward (two thirds of the probe on DenseNet-161)."""
+    reached = {id(t) for t in outputs if t.grad_fn is None}
+    stack, seen = [t.grad_fn for t in outputs if t.grad_fn is not None], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if hasattr(fn, "variable"):  # AccumulateGrad: the leaf itself
+            reached.add(id(fn.variable))
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    return reached
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from recompute import costs, nets
 from recompute.timing import node_call
 from recompute.graph import Graph
 
+from .exactness import check_plans
 from .models import TimeTable, Tricky
 
 
@@ -25,6 +26,26 @@ def test_inplace_views_and_multi_output_ops_make_no_bogus_nodes():
     assert g.preds == ((), (0,), (1,), (2,), (3,), (4,))  # chunk/flatten views keep relu → mul → add → fc
     batch_out = 2 * 4 * 4 * 4 * 4
     assert g.mem[0] == batch_out and g.mem[2] == batch_out and g.mem[3] == batch_out // 2
+
+
+class _Spare(nn.Module):
+    """A parameter the step never reads (a spare head), one read only through a view, one directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.spare = nn.Linear(4, 4), nn.Linear(4, 2)
+        self.w = nn.Parameter(torch.randn(2, 4))
+
+    def forward(self, x):
+        return torch.relu(self.a(x)) @ self.w.t()
+
+
+def test_parameters_the_step_never_reads_get_no_gradient_and_the_rest_train_exactly():
+    model, x = _Spare().double(), torch.randn(3, 4, dtype=torch.float64)
+    plans = check_plans(model, (x,), [lambda g: recompute.plan(g, "vanilla"), lambda g: recompute.plan(g, "chen")])
+    recompute.execute(recompute.trace(model, (x,)), plans[1], model)(x).sum().backward()
+    assert model.spare.weight.grad is None and model.spare.weight.requires_grad
+    assert model.a.weight.grad is not None and model.w.grad is not None
 
 
 def test_a_traced_model_is_freed_with_its_graph():
