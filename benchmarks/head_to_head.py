@@ -41,10 +41,11 @@ import torch.fx as fx
 
 import recompute
 from recompute import baselines, costs, nets
+from recompute.graph import Graph
 from recompute.measure import default_loss
 from recompute.partitions import SOLVERS, JointCapture, Priced, capture, our_partition, price, split_plan, torch_partition
 from recompute.memory_model import MemoryModel
-from recompute.plan import InfeasibleBudget, spec
+from recompute.plan import InfeasibleBudget, Plan, spec
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
@@ -153,18 +154,36 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         print(f"{name} {method} {knob}: {q.peak / GIB:.3f} GiB, {q.seconds:.2f} s", flush=True)
 
     mine: list[tuple[str, str, Any, dict[float | None, float]]] = []  # our plans and their seconds per remat weight
+    splits: dict[tuple[int, tuple[frozenset[int], ...], float | None], Any] = {}  # (graph, plan, remat weight) → its modules
+    peaks: dict[int, int] = {}  # a split (by id: each is made once) → its step's simulated peak
+
+    def split(graph: Graph, p: Plan, weight: float | None = None) -> Any:
+        """Plan ``p`` of ``graph`` split into modules, with cheap ops recomputed at remat ``weight``:
+        each once (~5 s on DenseNet-161), as the searches below meet the same plans and weights again."""
+        key = (id(graph), tuple(p.lower_sets), weight)
+        if key not in splits:
+            splits[key] = split_plan(c, graph, p, weight)
+        return splits[key]
+
+    def simulated(q: Any) -> int:
+        """The simulated peak of split ``q``'s step, parameters included: the searches' test (pricing
+        each probe in seconds too made the run 4 minutes longer)."""
+        if id(q) not in peaks:
+            peaks[id(q)] = simulate_partition(q.forward, q.backward).peak + c.param_bytes
+        return peaks[id(q)]
 
     def ours(method: str, knob: str, part: Any) -> None:
         """A plan of ours as planned (but vanilla: the reference, added first) and at each remat weight."""
         seconds = {}
         for weight in REMAT_WEIGHTS:
-            q = part if weight is None else split_plan(c, part.graph, part.plan, weight)
+            q = part if weight is None else split(part.graph, part.plan, weight)
             if weight is not None or method != "vanilla":
                 add(method if weight is None else f"{method}+remat {weight:g}", knob, "ours", q.forward, q.backward)
             seconds[weight] = cost(q.forward, q.backward).seconds
         mine.append((method, knob, part, seconds))
 
     _, _, vanilla = our_partition(c, "vanilla", strategy=None, **planning)
+    splits[id(vanilla.graph), tuple(vanilla.plan.lower_sets), None] = vanilla
     add("vanilla", "", "ours", vanilla.forward, vanilla.backward)  # the unpartitioned step: every ratio's reference
     solver_free: dict[float, tuple[fx.GraphModule, fx.GraphModule]] = {}
     for solver in solvers:
@@ -178,6 +197,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None)
     ours("vanilla", "", vanilla)
     first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
+    splits[id(first.graph), tuple(first.plan.lower_sets), None] = first
     ours("approxdp_tc", "budget min", first)
     listed: set[tuple[frozenset[int], ...]] = {tuple(first.plan.lower_sets)}  # our time-centric plans added
     smallest_mc = our_partition(c, "approxdp", strategy="mc", **planning)[2]
@@ -190,39 +210,35 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     model = MemoryModel(first.plan.info.get("model", first.plan.memory_model))
     smallest = first.plan.model_peak or first.plan.peak  # the DP's budget at our smallest time-centric plan
     everything = model.peak(g, [frozenset(range(g.n))])  # and at vanilla's
-    tried: dict[int, Any] = {smallest: first}  # the DP's budget → our time-centric plan there (None: infeasible)
+    tried: dict[int, Plan | None] = {smallest: first.plan}  # the DP's budget → our time-centric plan there (None: infeasible)
 
-    def planned(budget: int) -> Any:
+    def planned(budget: int) -> Plan | None:
         if budget not in tried:
             try:
-                p = spec("approxdp").solve(g, budget, "tc", {"memory_model": model})
-                tried[budget] = split_plan(c, g, p)
+                tried[budget] = spec("approxdp").solve(g, budget, "tc", {"memory_model": model})
             except InfeasibleBudget:
                 tried[budget] = None
         return tried[budget]
 
     def tc(budget: int) -> Any:
-        """Our time-centric plan at ``budget`` (and its remat variants) added, once per distinct plan;
-        None where infeasible."""
-        part = planned(budget)
-        if part is not None and tuple(part.plan.lower_sets) not in listed:
-            listed.add(tuple(part.plan.lower_sets))
-            ours("approxdp_tc", f"budget {budget / everything:.2f} of vanilla", part)
-        return part
+        """Our time-centric plan at ``budget`` split into modules, and it and its remat variants added
+        once per distinct plan; None where infeasible."""
+        p = planned(budget)
+        if p is None:
+            return None
+        if tuple(p.lower_sets) not in listed:
+            listed.add(tuple(p.lower_sets))
+            ours("approxdp_tc", f"budget {budget / everything:.2f} of vanilla", split(g, p))
+        return split(g, p)
 
-    fit_memo: dict[tuple[frozenset[int], ...], int] = {}  # a plan → its step's peak with every cheap op recomputed
-
-    def lowest(part: Any) -> int:
-        key = tuple(part.plan.lower_sets)  # nearby budgets give the same plan
-        if key not in fit_memo:
-            q = split_plan(c, part.graph, part.plan, 0.0)
-            fit_memo[key] = simulate_partition(q.forward, q.backward).peak + c.param_bytes
-        return fit_memo[key]
+    def lowest(p: Plan) -> int:
+        """The peak of plan ``p``'s step with every cheap op recomputed."""
+        return simulated(split(g, p, 0.0))
 
     def bisect(up: Any, steps: int) -> tuple[int, int]:
         """``steps`` bisections of the DP's budget between our smallest time-centric plan's and
         vanilla's, moving the low end up where ``up`` holds for the time-centric plan at the middle
-        (None where infeasible): the bracket (lo, hi) left."""
+        (a :class:`Plan`, None where infeasible): the bracket (lo, hi) left."""
         lo, hi = smallest, everything
         for _ in range(steps):
             mid = (lo + hi) // 2
@@ -235,16 +251,19 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         schedule's peak, which holds each cached value to the end of its block's backward while the
         modules drop it after its last read (and remat drops more): a budget equal to ``peak`` plans
         too tight a step."""
-        if lowest(first) > peak:
+        if lowest(first.plan) > peak:
             return None
-        return bisect(lambda part: part is not None and lowest(part) <= peak, steps=8)[0]
+        return bisect(lambda p: p is not None and lowest(p) <= peak, steps=8)[0]
 
     def smallest_within(limit: float) -> None:
         """Our time-centric plan (and its remat variants) at the smallest planner budget whose step as
         planned takes ≤ ``limit`` seconds: our smallest peak within a PyTorch point's time (the DP's
         smallest, listed already, where it is that fast)."""
-        if cost(first.forward, first.backward).seconds > limit:
-            tc(bisect(lambda part: part is None or cost(part.forward, part.backward).seconds > limit, steps=5)[1])
+        def too_slow(p: Plan | None) -> bool:
+            return p is None or cost(split(g, p).forward, split(g, p).backward).seconds > limit
+
+        if too_slow(first.plan):
+            tc(bisect(too_slow, steps=5)[1])
 
     bisected: set[tuple[str, str, int | float]] = set()  # (plan, knob, peak or time) searched already
 
@@ -256,14 +275,14 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         but the free moves)."""
         lo, hi, below, above = 0.0, 1.0, None, None
         while hi <= REMAT_CEILING:
-            q = split_plan(c, part.graph, part.plan, hi)
+            q = split(part.graph, part.plan, hi)
             if not holds(q):
                 above = hi, q
                 break
             lo, hi, below = hi, hi * 4, (hi, q)
         for _ in range(steps if above is not None else 0):
             mid = (lo + hi) / 2
-            q = split_plan(c, part.graph, part.plan, mid)
+            q = split(part.graph, part.plan, mid)
             if holds(q):
                 lo, below = mid, (mid, q)
             else:
@@ -279,8 +298,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     def remat_within(method: str, knob: str, part: Any, peak: int) -> None:
         """``part`` with the fewest cheap ops recomputed that hold its step ≤ ``peak``."""
         if (method, knob, peak) not in bisected:
-            fits = lambda q: simulate_partition(q.forward, q.backward).peak + c.param_bytes <= peak  # noqa: E731
-            remat_point(method, knob, peak, remat_turn(part, fits)[0])
+            remat_point(method, knob, peak, remat_turn(part, lambda q: simulated(q) <= peak)[0])
 
     def remat_faster(method: str, knob: str, part: Any, limit: float) -> None:
         """``part`` with the most cheap ops recomputed whose step takes ≤ ``limit`` seconds: the smallest

@@ -51,6 +51,22 @@ def test_torch_partition_priced_equals_measured_step(budget):
     assert simulate_partition(*torch_partition(c, budget)).peak == simulated
 
 
+def test_min_cuts_remembered_across_the_grid_give_torchs_partitions():
+    """torch_partition remembers torch's min-cuts on the capture: over a budget × solver grid, each
+    partition is the one a capture with nothing remembered gives."""
+    model, inputs = nets.build("resblock", batch_size=2, input_size=16, seed=0)
+    c = capture(model.to("meta"), [torch.empty(x.shape, device="meta") for x in inputs])
+    grid = [(b, solver) for b in (0.1, 0.5, 1.0) for solver in ("dp", "greedy")]
+    remembered = [torch_partition(c, b, solver) for b, solver in grid]
+    # three cuts shared by every budget below 1, and one per budget's knapsack answer
+    assert len(c.min_cuts) == 5
+    assert len({fw.code for fw, _ in remembered}) > 1
+    for (b, solver), (fw, bw) in zip(grid, remembered):
+        c.min_cuts.clear()
+        alone = torch_partition(c, b, solver)
+        assert (fw.code, bw.code) == (alone[0].code, alone[1].code), (b, solver)
+
+
 def test_our_partition_priced_equals_measured_step():
     """The same for ``recompute.backend``'s partition, run by the compiled step and made again from the
     captured joint graph."""
