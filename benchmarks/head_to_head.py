@@ -545,14 +545,15 @@ def report(done: dict[str, list[Point]], header: str) -> str:
     return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
 
 
-def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any) -> tuple[list[Point], float]:
+def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any) -> tuple[list[Point], dict[str, float]]:
     """One network's points in a process of its own (one thread: the op timings assume it), timing ops
     only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings),
-    and the seconds they took."""
+    and where the time went: in all, timing ops, waiting for the lock."""
     torch.set_num_threads(1)
     start = time.perf_counter()
-    points = run_net(name, budgets, TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough))
-    return points, time.perf_counter() - start
+    model_t = TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough)
+    points = run_net(name, budgets, model_t)
+    return points, {"all": time.perf_counter() - start, **model_t.spent}
 
 
 def main() -> None:
@@ -575,8 +576,9 @@ def main() -> None:
         running = {pool.submit(_net_points, name, args.budgets, args.repeats, args.enough, lock): name for name in order}
         for future in as_completed(running):
             name = running[future]
-            points, seconds = future.result()
-            print(f"{name}: {len(points)} points in {seconds:.0f} s", flush=True)
+            points, spent = future.result()
+            print(f"{name}: {len(points)} points in {spent['all']:.0f} s (timing ops {spent['measuring']:.0f} s, "
+                  f"waiting for the other job's timing {spent['waiting']:.0f} s)", flush=True)
             done[name] = [replace(p, commit=commit) for p in points]
             header = (f"`{command}` (last run {date.today()}: {', '.join(args.nets)}, {time.perf_counter() - start:.0f} s"
                       f" so far; `--nets` runs some and keeps the others' points). Points made at {provenance(done)}.")

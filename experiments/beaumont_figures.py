@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,16 @@ def halving(df7: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _save(fig: Any, path: Path, stamp: str) -> None:
+    """Lay out, stamp with where the data came from, write (no software tag: the PNG depends on the data alone)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.text(0.01, 0.005, stamp, fontsize=6, color="0.4")
+    fig.savefig(path, dpi=130, metadata={"Software": None})
+    plt.close(fig)
+
+
 def plot7(df7: pd.DataFrame, path: Path, stamp: str) -> None:
     import matplotlib.pyplot as plt
 
@@ -96,10 +107,7 @@ def plot7(df7: pd.DataFrame, path: Path, stamp: str) -> None:
     axes[0].set_ylabel("makespan / optimal makespan (12L + 1)")
     axes[1].legend(fontsize=8, loc="center right")
     fig.suptitle("Beaumont et al. (2020) Fig. 7 by simulation: optimal join DP, uf = ub = ut = 1")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.text(0.01, 0.005, stamp, fontsize=6, color="0.4")
-    fig.savefig(path, dpi=130, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, path, stamp)
 
 
 def plot9(df9: pd.DataFrame, path: Path, stamp: str) -> None:
@@ -112,10 +120,7 @@ def plot9(df9: pd.DataFrame, path: Path, stamp: str) -> None:
            title="Beaumont et al. (2020) Fig. 9b by simulation")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.text(0.01, 0.005, stamp, fontsize=6, color="0.4")
-    fig.savefig(path, dpi=130, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, path, stamp)
 
 
 def render(out: Path = OUT) -> None:

@@ -193,6 +193,7 @@ class TimeModel:
             ``repeats`` calls). A call of a tenth of a second varies by far less than a microsecond
             one, and timing it three times was most of a paper-scale step's pricing on a CPU.
         table: every key measured so far → seconds.
+        spent: wall seconds spent measuring, and waiting for ``lock`` before it (where a run's time goes).
     """
 
     def __init__(self, device: str | torch.device = "cpu", repeats: int = 5, clock: str = "wall",
@@ -211,6 +212,7 @@ class TimeModel:
             raise ValueError("on CUDA only clock='wall' measures the kernels (they run beside the CPU thread)")
         self.table: dict[OpKey, float] = {}
         self.lock = lock if lock is not None else contextlib.nullcontext()
+        self.spent = {"measuring": 0.0, "waiting": 0.0}
 
     def measure(self, calls: Iterable[OpCall]) -> None:
         """Time every key of ``calls`` not timed yet, on real tensors even where a ``FakeTensorMode`` is
@@ -218,12 +220,16 @@ class TimeModel:
         and the op's time would be that of propagating their shapes)."""
         missing = [c for c in calls if c.key not in self.table]
         if missing:
+            asked = time.perf_counter()
             with self.lock, unset_fake_temporarily():
+                start = time.perf_counter()
                 try:
                     fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
                                                                self.flush, self.enough), "timing")
                 finally:
                     _POOLS.clear()  # the values live for one measuring, not beside the steps (a GPU's memory)
+                    self.spent["waiting"] += start - asked
+                    self.spent["measuring"] += time.perf_counter() - start
 
     def costs(self, calls: Sequence[OpCall]) -> list[float]:
         """Each call's seconds (measuring the keys not timed yet)."""

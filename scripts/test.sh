@@ -10,7 +10,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # threshold a worker's RSS kept what earlier tests freed (ResNet152 then VGG19: 3.9 GB, with this 3.4 GB).
 export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-1048576}
 # The paper-scale `slow` set is left out; a -m of the caller's comes later and wins (-m slow: only that set).
-.venv/bin/python -m pytest -n 2 -m "not slow" --durations=15 "$@"
+# worksteal: an idle worker takes queued tests from the other, so that no long test ends the run alone
+.venv/bin/python -m pytest -n 2 --dist worksteal -m "not slow" --durations=15 "$@"
 rc=$?
 # pytest's 5 means "no test collected": a suite that ran nothing is a failure here
 [ $rc -eq 5 ] && { echo "no tests were collected" >&2; exit 1; }
