@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks import head_to_head as h
-from recompute.timing import TimeModel, module_calls
+from recompute.timing import BatchExtrapolation, TimeModel, module_calls
 
 FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "time_ratio", "exact"}
 
@@ -45,6 +45,17 @@ def test_a_batch_no_larger_than_the_probes_is_timed_at_itself():
     larger = h._capture("chain", 6, 16)  # beyond the probes: extended from them
     ex = h.time_model("chain", 16, larger, 6, TimeModel(repeats=1, clock="thread"))
     assert (ex.small, ex.large, ex.target) == (*h.PROBES, 6) and ex.seconds(module_calls(larger.joint)) > 0
+
+
+def test_probe_steps_run_only_where_an_op_key_has_no_probe(monkeypatch):
+    """An eager method whose ops all have probes (a second plain step here; checkpointing recomputes plain
+    training's ops) is recorded at the target batch alone, and priced the same."""
+    batches, record = [], h._eager_calls
+    monkeypatch.setattr(h, "_eager_calls", lambda name, b, *args: batches.append(b) or record(name, b, *args))
+    ex = BatchExtrapolation(TimeModel(repeats=1, clock="thread"), *h.PROBES, 6)
+    first, again = h.eager_points("chain", 6, 16, ex, [("eager", {}), ("eager", {})])
+    assert batches == [6, *h.PROBES, 6]
+    assert again.seconds == first.seconds and again.peak == first.peak
 
 
 def test_a_point_is_dominated_by_one_at_most_its_peak_and_time():
