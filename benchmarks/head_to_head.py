@@ -161,7 +161,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
     def split(graph: Graph, p: Plan, weight: float | None = None) -> Any:
         """Plan ``p`` of ``graph`` split into modules, with cheap ops recomputed at remat ``weight``:
-        each once (~5 s on DenseNet-161), as the searches below meet the same plans and weights again."""
+        each once (~3 s on DenseNet-161), as the searches below meet the same plans and weights again."""
         key = (id(graph), tuple(p.lower_sets), weight)
         if key not in splits:
             splits[key] = split_plan(c, graph, p, weight)
@@ -359,10 +359,8 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
 
     def probed(p: Plan) -> list[OpCall]:
         """``p``'s ATen calls at the target batch, matched at the probe batches where a key needs it."""
-        target = schedule_calls(graphs[batch].program, p.runs(graphs[batch]))
-        if ex.missing(target):
-            ex.add(*(schedule_calls(traced(b).program, p.runs(traced(b))) for b in (ex.small, ex.large)), target)
-        return target
+        return ex.probe(schedule_calls(graphs[batch].program, p.runs(graphs[batch])),
+                        lambda b: schedule_calls(traced(b).program, p.runs(traced(b))))
 
     # the forward ops probed first, so that the planners price each node in extrapolated seconds
     probed(recompute.plan(graphs[batch], "vanilla"))
@@ -414,12 +412,10 @@ def eager_points(name: str, batch: int, size: int, ex: BatchExtrapolation,
     for method, options in methods:
         knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
         try:
-            target = _eager_calls(name, batch, size, method, options)
             # the probe batches' steps only where an op key has no probe yet: checkpointing recomputes
             # plain training's own ops, and each step of DenseNet-161 on meta tensors takes seconds
-            if ex.missing(target):
-                ex.add(*(target if b == batch else _eager_calls(name, b, size, method, options) for b in (ex.small, ex.large)),
-                       target)
+            target = ex.probe(_eager_calls(name, batch, size, method, options),
+                              lambda b: _eager_calls(name, b, size, method, options))  # noqa: B023
             peak = _eager_peak(name, batch, size, method, options)
         except (baselines.Unsupported, RuntimeError) as e:
             # a method that refuses or fails on this network is reported and the others still run

@@ -266,6 +266,14 @@ class BatchExtrapolation:
                 raise ValueError(f"the probes do not correspond: {s.target} / {l.target} / {t.target} at one position")
             self.probes.setdefault(t.key, (s, l))
 
+    def probe(self, target: Sequence[OpCall], at: Callable[[int], Sequence[OpCall]]) -> Sequence[OpCall]:
+        """``target`` (a program's calls at the target batch), with the same program's calls at the probe
+        batches (``at(batch)``) added only where a key of ``target`` has no probe yet: making them means
+        tracing or running the step again."""
+        if self.missing(target):
+            self.add(*(target if b == self.target else at(b) for b in (self.small, self.large)), target)
+        return target
+
     def missing(self, calls: Iterable[OpCall]) -> list[OpKey]:
         """The keys of ``calls`` no probe matches."""
         return [c.key for c in calls if c.key not in self.probes]
