@@ -141,20 +141,29 @@ def _timed(call: OpCall, device: torch.device, repeats: int, clock: Callable[[],
            flush: torch.Tensor | None, enough: float = float("inf")) -> float:
     """Median seconds of ``call`` on fresh tensors on ``device`` after one warm-up call, over
     ``repeats`` timed calls or fewer once they add up to ``enough`` seconds; ``flush`` is written
-    before every timed call (outside the timing) to evict the inputs from the core's cache."""
+    before every timed call (outside the timing) to evict the inputs from the core's cache. A warm-up
+    call that itself takes ``enough`` is the timing: what a warm-up spares (setting up the kernel,
+    first touching the output's pages) is a small part of so long a call, and a step's call pays it too."""
     args, kwargs = call.materialize(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    with torch.no_grad():
+
+    def once() -> float:
+        sync()
+        start = clock()
         call.target(*args, **kwargs)
+        sync()
+        return clock() - start
+
+    with torch.no_grad():
+        warm = once()
+        if warm >= enough:
+            return warm
         times: list[float] = []
         while len(times) < repeats and sum(times) < enough:
-            sync()
             if flush is not None:
                 flush.add_(1)
-            start = clock()
-            call.target(*args, **kwargs)
-            sync()
-            times.append(clock() - start)
+                sync()
+            times.append(once())
     return statistics.median(times)
 
 
@@ -189,9 +198,11 @@ class TimeModel:
         lock: held while measuring (None: none). Processes that time ops on one machine, each given
             the same lock, take turns, so that no op is timed while another process streams through
             the shared cache and memory bus (on 2 cores that made ops up to 1.8× slower, unevenly).
-        enough: seconds of timed calls after which a key is not timed again (``inf``: always
-            ``repeats`` calls). A call of a tenth of a second varies by far less than a microsecond
-            one, and timing it three times was most of a paper-scale step's pricing on a CPU.
+        enough: seconds of timed calls after which a key is not timed again, the warm-up call
+            counted where it alone takes that long (``inf``: always ``repeats`` calls after it). A call
+            of a tenth of a second varies by far less than a microsecond one, and timing it three
+            times was most of a paper-scale step's pricing on a CPU; a warm-up and one timed call
+            of U-Net's 572² ops were still 554 of its 638 s (at eaa6513).
         table: every key measured so far → seconds.
         spent: wall seconds spent measuring, and waiting for ``lock`` before it (where a run's time goes).
     """

@@ -4,7 +4,6 @@ time model's sums."""
 from __future__ import annotations
 
 import functools
-import time
 
 import pytest
 import torch
@@ -128,17 +127,25 @@ def test_time_model_measures_holding_its_lock_only_when_it_measures():
     assert lock.entered == 1
 
 
-def test_a_key_is_timed_until_its_calls_add_up_to_enough_seconds():
-    """``repeats`` timed calls after a warm-up, or fewer once they add up to ``enough`` seconds."""
-    from recompute.timing import OpCall
+def test_a_key_is_timed_until_its_calls_add_up_to_enough_seconds(monkeypatch):
+    """``repeats`` timed calls after a warm-up, or fewer once they add up to ``enough`` seconds; a
+    warm-up that alone takes ``enough`` is the timing (each call takes 2 ms of a made-up clock)."""
+    from recompute import timing
 
+    now = [0.0]
+    monkeypatch.setitem(timing.CLOCKS, "made-up", lambda: now[0])
     calls = []
-    op = OpCall(lambda: calls.append(time.sleep(0.002)), (), {})
-    TimeModel(repeats=3).measure([op])
-    assert len(calls) == 1 + 3
-    calls.clear()
-    TimeModel(repeats=3, enough=1e-6).measure([OpCall(op.target, (), {})])
-    assert len(calls) == 1 + 1
+
+    def op() -> None:
+        calls.append(None)
+        now[0] += 0.002
+
+    for enough, made in ((float("inf"), 1 + 3), (0.003, 1 + 2), (0.002, 1)):
+        calls.clear()
+        now[0] = 0.0
+        tm = TimeModel(repeats=3, clock="made-up", enough=enough)
+        tm.measure([timing.OpCall(op, (), {})])
+        assert len(calls) == made and list(tm.table.values()) == [pytest.approx(0.002)], enough
     with pytest.raises(ValueError, match="enough"):
         TimeModel(enough=0)
 
