@@ -101,14 +101,16 @@ class _Graphs:
         for c in crossing:
             benv[c] = bwd.placeholder(f"saved_{c[0]}")
         rng_in = {name: bwd.placeholder(f"rng_{name}") for name in rng_out}
-        read_placeholders = sorted({r[0] for i in bwd_steps for r in s.reads[i] if joint.node(r[0]).op == "placeholder"
-                                    and r[0] not in joint.tangents}, key=[n.name for n in placeholders].index)
+        position = {n.name: k for k, n in enumerate(placeholders)}
+        read_placeholders = sorted({r[0] for i in bwd_steps for r in s.reads[i] if r[0] in position
+                                    and r[0] not in joint.tangents}, key=position.__getitem__)
+        # what recomputations other than training-mode BatchNorm read (one pass: a DenseNet-161 has 483
+        # buffers the step writes, and asking each of them over every backward step took seconds per plan)
+        read_again = {r[0] for i in bwd_steps if s.steps[i][1] > 0
+                      and joint.node(s.steps[i][0]).target not in _TRAINING_BATCH_NORM for r in s.reads[i] if r[1] == 0}
         for name in read_placeholders:
             fqn = joint.buffers.get(name)
-            if fqn in written and any(
-                joint.node(s.steps[i][0]).target not in _TRAINING_BATCH_NORM and (name, 0) in s.reads[i]
-                and s.steps[i][1] > 0 for i in bwd_steps
-            ):
+            if fqn in written and name in read_again:
                 raise NotImplementedError(
                     f"buffer {fqn} is written by the step and read by a recomputed op other than a "
                     "training-mode BatchNorm; recomputing it would see the new value"

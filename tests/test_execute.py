@@ -195,3 +195,27 @@ def test_constants_the_forward_makes_are_read_by_both_halves(method):
     torch.manual_seed(0)
     model, x = LiteralConstant(), torch.randn(3, 4, requires_grad=True)
     assert compare(model, recompute.optimize(model, (x,), method=method), (x,)).bitwise
+
+
+class _WritesItsBuffer(torch.nn.Module):
+    """Adds a buffer in every layer, then scales the buffer in place: a recomputed add would read the new value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(6))
+        self.register_buffer("shift", torch.ones(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x) + self.shift)
+        self.shift.mul_(1.5)
+        return x
+
+
+def test_a_recomputation_reading_a_buffer_the_step_writes_is_refused():
+    model, x = _WritesItsBuffer(), torch.randn(4, 8)
+    graph = recompute.trace(model, (x,))
+    plan = recompute.plan(graph, "chen")
+    assert plan.recomputed()
+    with pytest.raises(NotImplementedError, match="buffer shift is written by the step and read by a recomputed op"):
+        recompute.execute(graph, plan, model)(x)
