@@ -65,9 +65,9 @@ EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
 EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
 # the order the networks are handed to the jobs: the longest first, so that no long one starts last (at
-# eaa6513: DenseNet-161 1014 s besides 305 s waiting for the timing lock, ResNet-152 642, U-Net 638, 554 of
-# them timing its 572² ops, PSPNet 488, GoogLeNet 262, ResNet-50 172, VGG-19 110); U-Net not at the start,
-# where beside it DenseNet-161 waited and its planning ran 20% slower than alone
+# 84d811a, 24:28 in all: DenseNet-161 789 s, ResNet-152 575, PSPNet 435, U-Net 385 of which 296 timing its
+# 572² ops, GoogLeNet 367, ResNet-50 176, VGG-19 93); U-Net not at the start: at eaa6513 DenseNet-161 beside
+# it waited 305 s for the timing lock, its planning ran 20% slower, and the run took 31:33
 LONGEST_FIRST = ("densenet161", "resnet152", "pspnet", "unet", "googlenet", "resnet50", "vgg19")
 # our planners minimise the simulator's peak of the schedule that runs, at measured costs: on the CPU
 # the seconds the points are priced by (``time_model``), on a GPU each op timed on it
