@@ -53,9 +53,10 @@ if TYPE_CHECKING:
 __all__ = ["cheap", "cheapest_kept", "recompute_late", "rematerialize"]
 
 # ops a partitioner may run again in the backward at the cost of one pass over their operands; the
-# last turns inductor's int8 max-pool offsets into the int64 indices max-pool's backward reads
+# last turns inductor's int8 max-pool offsets into the int64 indices max-pool's backward reads, and
+# ``_unsafe_index`` is the gather an upsampling decomposes into (U-Net's decoder)
 _CHEAP = {torch.ops.aten.cat, torch.ops.aten.clone, torch.ops.aten._to_copy, torch.ops.aten.constant_pad_nd,
-          torch.ops.prims._low_memory_max_pool_offsets_to_indices}
+          torch.ops.prims._low_memory_max_pool_offsets_to_indices, torch.ops.aten._unsafe_index}
 
 
 def cheap(node: fx.Node) -> bool:

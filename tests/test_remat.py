@@ -214,3 +214,32 @@ def test_cheap_values_are_recomputed_again_before_late_reads_and_train_exactly()
     once = rematerialize(program, _kept_from_forward(program, part.plan.runs(part.graph)), weight=0.0)
     assert recompute_late(program, once).steps == part.schedule.steps
     assert part.peak < simulate(program, once).peak
+
+
+class _Upsampling(torch.nn.Module):
+    """A decoder stage: a convolution reads an upsampled map (a gather, ``_unsafe_index``, under
+    inductor's decompositions) four times the size of what it gathers from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.up = torch.nn.Upsample(scale_factor=2)
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(self.up(torch.relu(self.down(x)))))
+
+
+def test_an_upsampled_map_is_gathered_again_in_the_backward_and_trains_exactly():
+    torch.manual_seed(0)
+    model, inputs = _Upsampling(), (torch.randn(2, 3, 16, 16),)
+    plain = _steps(*(2 * [copy.deepcopy(model)]), inputs)
+    torch._dynamo.reset()
+    compiled = copy.deepcopy(model)
+    backend = recompute.backend("vanilla", remat=0.0)
+    got = _steps(compiled, torch.compile(compiled, backend=backend), inputs)
+    assert all(torch.equal(a[key], b[key]) for a, b in zip(plain, got) for key in a)
+    part = backend.partitions[-1]
+    joint = part.graph.program.joint
+    assert any(copy > 0 and joint.node(name).target == torch.ops.aten._unsafe_index.Tensor
+               for name, copy in part.schedule.steps)
