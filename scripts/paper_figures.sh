@@ -26,9 +26,12 @@ DEVICE_GB=${DEVICE_GB:-11.4}
 JOBS=${JOBS:-2}                   # parallel runs of the table1 and max_batch sweeps (timings always run alone)
 LOGGER=${LOGGER:-none}            # wandb: also log every run to W&B (offline unless configured)
 RESULTS=${RESULTS:-paper_figures/records}
-# the paper's seven networks, from the one list of them (recompute.nets)
-NETS=${NETS:-$("$PY" -c 'from recompute import nets; print(*nets.names(paper_only=True))')}
-FIG4_NETS=${FIG4_NETS:-$NETS}
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# the paper's seven networks, from the one list of them (recompute.nets), where a stage sweeps them
+if [[ -z ${NETS:-} ]] && { stage table1 || stage max_batch || stage figure4; }; then
+  NETS=$("$PY" -c 'from recompute import nets; print(*nets.names(paper_only=True))')
+fi
+FIG4_NETS=${FIG4_NETS:-${NETS:-}}
 export PAPER_FIGURES_RESULTS="$RESULTS" PAPER_FIGURES_DEVICE_GB="$DEVICE_GB" PAPER_FIGURES_TIME_BACKEND="$DEVICE" WANDB_SILENT=true
 common=(logger="$LOGGER" results_dir="$(realpath -m "$RESULTS")")
 
@@ -53,7 +56,6 @@ declare -A FIG4_GRID=(
   [googlenet]=192,384,576 [unet]=4,8,16 [pspnet]=2,4,8
 )
 
-stage() { [[ " $STAGES " == *" $1 "* ]]; }
 clock() {
   if [[ -n ${PRINT_ONLY:-} ]]; then echo "$*"; return; fi
   local t=$SECONDS; "$@"; echo "== done in $((SECONDS - t)) s: $*"
@@ -92,5 +94,11 @@ if stage figure4; then
 fi
 if stage notebook; then
   echo "== notebooks/paper_figures.py -> paper_figures/, README.md"
+  if [[ ${PAPER_FIGURES_SOURCE:-local} == local && -z ${PRINT_ONLY:-} ]]; then
+    # a store the notebook would refuse (empty, or a record cut short) is refused before a kernel starts
+    "$PY" -c 'import sys; from experiments import figures, record, results
+try: figures.require_records(results.load(sys.argv[1], strict=True), sys.argv[1])
+except (record.RecordError, figures.NoRecords) as e: sys.exit(str(e))' "$RESULTS"
+  fi
   clock "$PY" -c 'from experiments.figures import execute_notebook as run; run("notebooks/paper_figures.py", "notebooks/paper_figures.ipynb")'
 fi
