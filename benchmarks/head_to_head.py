@@ -41,6 +41,7 @@ import torch.fx as fx
 
 import recompute
 from recompute import baselines, costs, nets
+from recompute.dynamo import split_convolution_backwards
 from recompute.graph import Graph
 from recompute.measure import default_loss
 from recompute.partitions import SOLVERS, JointCapture, Priced, capture, our_partition, price, split_plan, torch_partition
@@ -129,6 +130,8 @@ def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: 
     ex = BatchExtrapolation(model_t, small, large, batch)
     captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large, batch)}
     ex.add(*(module_calls(captured[b].joint) for b in (small, large, batch)))
+    # our partitions run each convolution's backward as two ops (recompute.dynamo.split_convolution_backwards)
+    ex.add(*(module_calls(split_convolution_backwards(captured[b].copy())) for b in (small, large, batch)))
     return ex
 
 

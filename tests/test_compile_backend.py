@@ -184,3 +184,39 @@ def test_identical_ops_run_once():
     sines = [n for g in (part.forward, part.backward) for n in g.graph.nodes if n.target is torch.ops.aten.sin.default]
     assert len(sines) == 1
     assert torch.equal(got, model(x))
+
+
+class _Convs(torch.nn.Module):
+    """Three convolutions in a row (the second strided over an odd size, so its input gradient needs
+    an output padding): the second's input is read by nothing else of the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 32, 3, padding=1)
+        self.b = torch.nn.Conv2d(32, 32, 3, padding=1, stride=2)
+        self.c = torch.nn.Conv2d(32, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(self.b(self.a(x)))
+
+
+def test_a_convolution_backward_runs_as_two_ops_and_frees_its_input_between(monkeypatch):
+    """The weight's gradient first, then the input's as a transposed convolution: training is bitwise
+    eager's, and the convolution's input is freed before the input's gradient is made (lower peak)."""
+    torch.manual_seed(0)
+    model, x = _Convs(), torch.randn(2, 3, 17, 17)
+    plain, compiled = copy.deepcopy(model), copy.deepcopy(model)
+    backend = recompute.backend("vanilla")
+    ref, got = _train(plain, plain, x), _train(compiled, torch.compile(compiled, backend=backend), x)
+    for a, b in zip(ref, got):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    calls = [n for n in backend.partitions[-1].backward.graph.nodes if n.op == "call_function"]
+    assert not any(n.target is torch.ops.aten.convolution_backward.default and n.args[-1][0] for n in calls)
+    assert sum(n.target is torch.ops.aten.convolution.default and n.args[6] for n in calls) == 2  # b's and c's
+    split_peak = backend.partitions[-1].peak
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(recompute.dynamo, "split_convolution_backwards", lambda gm: gm)
+    fused = recompute.backend("vanilla")
+    _train(compiled, torch.compile(compiled, backend=fused), x)
+    assert split_peak < fused.partitions[-1].peak
