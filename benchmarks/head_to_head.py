@@ -14,7 +14,9 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
   smallest, planned with the ``simulator`` memory model and the ``measured`` cost model given
   the time model below (:data:`PLANNING`: the DPs minimise the very seconds the points are priced
   by); each as planned and with cheap ops recomputed in the backward where that keeps
-  fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`).
+  fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`), and at
+  :data:`SPLIT_WEIGHT` also with each convolution backward split where that frees its input earlier
+  (``+split conv``, ``recompute.backend(split_convolutions=True)``: a lower peak for more time).
 
 Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.simulate.simulate_partition`
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
@@ -56,6 +58,7 @@ NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet"
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
 SOLVER_FREE = (0.0, 1.0)  # budgets min-cut answers without its solver (everything recomputable, or nothing)
 REMAT_WEIGHTS = (None, 0.0, 0.25)
+SPLIT_WEIGHT = 0.0  # the remat weight our plans are also listed at with split_convolutions
 REMAT_CEILING = 4.0**5  # the largest remat weight remat_within tries
 # PyTorch's eager methods and their knobs (segments 0: ⌈√n⌉), after plain eager training (their time reference)
 EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
@@ -130,8 +133,9 @@ def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: 
     ex = BatchExtrapolation(model_t, small, large, batch)
     captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large, batch)}
     ex.add(*(module_calls(captured[b].joint) for b in (small, large, batch)))
-    # our partitions run each convolution's backward as two ops (recompute.dynamo.split_convolution_backwards)
-    ex.add(*(module_calls(split_convolution_backwards(captured[b].copy())) for b in (small, large, batch)))
+    # the ops our partitions with split_convolutions run in place of a convolution's backward
+    ex.add(*(module_calls(split_convolution_backwards(captured[b].copy(), where_input_dies=False))
+             for b in (small, large, batch)))
     return ex
 
 
@@ -160,15 +164,16 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         print(f"{name} {method} {knob}: {q.peak / GIB:.3f} GiB, {q.seconds:.2f} s", flush=True)
 
     mine: list[tuple[str, str, Any, dict[float | None, float]]] = []  # our plans and their seconds per remat weight
-    splits: dict[tuple[int, tuple[frozenset[int], ...], float | None], Any] = {}  # (graph, plan, remat weight) → its modules
+    splits: dict[tuple[int, tuple[frozenset[int], ...], float | None, bool], Any] = {}  # (graph, plan, remat weight, split) → modules
     peaks: dict[int, int] = {}  # a split (by id: each is made once) → its step's simulated peak
 
-    def split(graph: Graph, p: Plan, weight: float | None = None) -> Any:
-        """Plan ``p`` of ``graph`` split into modules, with cheap ops recomputed at remat ``weight``:
-        each once (~3 s on DenseNet-161), as the searches below meet the same plans and weights again."""
-        key = (id(graph), tuple(p.lower_sets), weight)
+    def split(graph: Graph, p: Plan, weight: float | None = None, convolutions: bool = False) -> Any:
+        """Plan ``p`` of ``graph`` split into modules, with cheap ops recomputed at remat ``weight`` (and
+        with ``convolutions``, their backwards split where that frees the input earlier): each once (~3 s
+        on DenseNet-161), as the searches below meet the same plans and weights again."""
+        key = (id(graph), tuple(p.lower_sets), weight, convolutions)
         if key not in splits:
-            splits[key] = split_plan(c, graph, p, weight)
+            splits[key] = split_plan(c, graph, p, weight, convolutions)
         return splits[key]
 
     def simulated(q: Any) -> int:
@@ -186,10 +191,13 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             if weight is not None or method != "vanilla":
                 add(method if weight is None else f"{method}+remat {weight:g}", knob, "ours", q.forward, q.backward)
             seconds[weight] = cost(q.forward, q.backward).seconds
+        # at the memory-lean end, also each convolution backward split where that frees its input
+        q = split(part.graph, part.plan, SPLIT_WEIGHT, convolutions=True)
+        add(f"{method}+remat {SPLIT_WEIGHT:g}+split conv", knob, "ours", q.forward, q.backward)
         mine.append((method, knob, part, seconds))
 
     _, _, vanilla = our_partition(c, "vanilla", strategy=None, **planning)
-    splits[id(vanilla.graph), tuple(vanilla.plan.lower_sets), None] = vanilla
+    splits[id(vanilla.graph), tuple(vanilla.plan.lower_sets), None, False] = vanilla
     add("vanilla", "", "ours", vanilla.forward, vanilla.backward)  # the unpartitioned step: every ratio's reference
     solver_free: dict[float, tuple[fx.GraphModule, fx.GraphModule]] = {}
     for solver in solvers:

@@ -17,11 +17,12 @@ backward module. Ours decides what is saved and what is recomputed:
    returns, after the graph's outputs, exactly the values the backward phase reads (the cached
    boundaries ∂(L_i), and the inputs and parameters backward ops read); the backward module, for
    i = k, …, 1, recomputes V_i \\ ∂(L_i) right before the backward ops of V_i.
-4. each convolution's backward runs as two ops, the weight's gradient and then the input's
-   (:func:`split_convolution_backwards`), so that the convolution's input may be freed in between;
-5. with ``remat`` (a weight, :func:`backend`), cheap ops — BatchNorm's normalisation, ReLU, a
+4. with ``remat`` (a weight, :func:`backend`), cheap ops — BatchNorm's normalisation, ReLU, a
    concatenation — are recomputed in the backward from what it keeps where that keeps fewer bytes
-   (:mod:`recompute.remat`, a minimum cut over the schedule's saved values).
+   (:mod:`recompute.remat`, a minimum cut over the schedule's saved values);
+5. with ``split_convolutions``, a convolution's backward that is the last reader of its input runs as
+   two ops, the weight's gradient and then the input's, so that the input is freed in between
+   (:func:`split_convolution_backwards`: a lower peak for more time).
 
 ``runtime="eager"`` runs both modules op by op (generated fx code that drops each value after its
 last use, like ``aot_eager``); ``runtime="inductor"`` lets inductor compile them (our partition then
@@ -63,7 +64,8 @@ from .joint import JointProgram
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .remat import recompute_late, rematerialize
 from .schedule import Instance, Schedule
-from .simulate import simulate
+from .simulate import simulate, simulate_partition
+from .storage import is_alias
 from .trace import Program, graph_of
 from .validate import check_budget, check_cost_model
 
@@ -104,16 +106,19 @@ class Backend:
     lists what it did with each joint graph it split, most recent last."""
 
     def __init__(self, method: str, strategy: str | None, budget: int | None, runtime: str, cost_model: str,
-                 remat: float | None, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None):
+                 remat: float | None, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
+                 split_convolutions: bool = False):
         self.method, self.strategy, self.budget, self.runtime = method, strategy, budget, runtime
         self.cost_model, self.remat, self.plan_options = cost_model, remat, plan_options
+        self.split_convolutions = split_convolutions
         self.cost_options = dict(cost_options or {})
         self.partitions: list[Partition] = []
 
     def __repr__(self) -> str:  # dynamo names the backend by it in its errors
         options = "".join(f", {k}={v!r}" for k, v in self.plan_options.items())
         return (f"recompute.backend({self.method!r}, strategy={self.strategy!r}, budget={self.budget!r}, "
-                f"runtime={self.runtime!r}, cost_model={self.cost_model!r}, remat={self.remat!r}{options})")
+                f"runtime={self.runtime!r}, cost_model={self.cost_model!r}, remat={self.remat!r}, "
+                f"split_convolutions={self.split_convolutions!r}{options})")
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if self.runtime == "eager":
@@ -128,12 +133,11 @@ class Backend:
                   **_: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
         """AOTAutograd's ``partition_fn``: the forward and backward modules of our plan."""
         _deduplicate(joint_module, num_fwd_outputs)
-        split_convolution_backwards(joint_module)
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         # inductor's compiled modules do not allocate the workspaces the ops take run one by one
         g = graph_of(joint, cost_model=self.cost_model, workspaces=self.runtime == "eager", **self.cost_options)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-        part = partition_of(g, p, num_fwd_outputs, self.remat)
+        part = partition_of(g, p, num_fwd_outputs, self.remat, self.split_convolutions)
         self.partitions.append(part)
         return part.forward, part.backward
 
@@ -159,21 +163,25 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
         gm.graph = fx_graph_cse(gm.graph)
 
 
-def split_convolution_backwards(gm: fx.GraphModule) -> fx.GraphModule:
-    """Split each ``convolution_backward`` that returns both the input's and the weight's gradient
-    into two ops: the weight's (and bias's) gradient first, from the output's gradient and the input,
-    then the input's gradient as a transposed convolution of the output's gradient, which reads no
-    input. The input is then free once the first has run, so the convolution's input, the gradients of
-    its output and of its input are never held at once (VGG-19 b64 224² and U-Net b8 572², whose
-    smallest compiled plans peak at a convolution's backward). On the CPU the two give the fused op's
-    values bitwise (oneDNN runs the same backward-data kernel for both). Rewrites ``gm`` and returns it."""
+def split_convolution_backwards(gm: fx.GraphModule, where_input_dies: bool = True) -> fx.GraphModule:
+    """Split each ``convolution_backward`` of the backward module ``gm`` that returns both the input's
+    and the weight's gradient and is the last reader of the convolution's input into two ops: the
+    weight's (and bias's) gradient first, from the output's gradient and the input, then the input's
+    gradient as a transposed convolution of the output's gradient, which reads no input. The input is
+    then freed once the first has run, so that it, the output's gradient and the input's gradient are
+    never held at once (VGG-19 b64 224² and U-Net b8 572², whose smallest compiled plans peak at a
+    convolution's backward). The peak never rises; the time does: on this CPU the two ops take up to
+    1.24× the fused one on large maps. On the CPU they give the fused op's values bitwise (oneDNN's
+    backward-data kernel serves both). ``where_input_dies=False`` splits every one (to time the ops a
+    split makes). Rewrites ``gm`` and returns it."""
     conv_backward = torch.ops.aten.convolution_backward.default
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
     for n in list(gm.graph.find_nodes(op="call_function", target=conv_backward)):
         grad, x, w, _, stride, padding, dilation, transposed, _, groups, mask = n.args
-        if transposed or not (mask[0] and mask[1]):
-            continue
         users = {u.args[1]: u for u in n.users if u.target is operator.getitem}
-        if 0 not in users:
+        # a view of the input, or a later reader of it, would keep its storage: nothing to gain
+        last_read = not where_input_dies or (not is_alias(x) and all(position[u] <= position[n] for u in x.users))
+        if transposed or not (mask[0] and mask[1]) or 0 not in users or not last_read:
             continue
         gi_val, (h_out, h_in, k) = users[0].meta["val"], (grad.meta["val"].shape[2:], x.meta["val"].shape[2:], w.meta["val"].shape[2:])
         # the output padding that makes the transposed convolution's output the input's size
@@ -191,11 +199,13 @@ def split_convolution_backwards(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None) -> Partition:
+def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None,
+                 split_convolutions: bool = False) -> Partition:
     """The forward and backward modules of plan ``p`` on the joint graph of ``g`` (random ops kept
     from the forward; with ``remat``, cheap ops recomputed where that keeps fewer bytes and the
     simulated peak does not rise, so that a budget still bounds it, and again before late reads in
-    the backward where that lowers the peak)."""
+    the backward where that lowers the peak; with ``split_convolutions``, the backward's convolution
+    backwards split where that frees their input earlier, :func:`split_convolution_backwards`)."""
     s = _kept_from_forward(g.program, p.runs(g))
     peak = simulate(g.program, s).peak
     if remat is not None:
@@ -206,6 +216,8 @@ def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = 
         if later is not s and (later_peak := simulate(g.program, later).peak) < peak:
             s, peak = later, later_peak
     fw, bw, saved = _split(g.program, s, num_fwd_outputs)
+    if split_convolutions:
+        peak = simulate_partition(fw, split_convolution_backwards(bw)).peak
     joint = g.program.joint
     return Partition(graph=g, plan=p, schedule=s, saved=saved, saved_bytes=activation_bytes([joint.node(n) for n in saved]),
                      peak=peak, forward=fw, backward=bw)
@@ -409,6 +421,7 @@ def backend(
     cost_model: str = "paper",
     cost_options: dict[str, Any] | None = None,
     remat: float | None = None,
+    split_convolutions: bool = False,
     **plan_options: Any,
 ) -> Backend:
     """A ``torch.compile`` backend that trains with the plan of ``method`` (see the module docstring).
@@ -419,14 +432,18 @@ def backend(
     needed) or ``"inductor"``. ``cost_options`` go to the cost model (e.g. ``measured``'s ``time_model``,
     :mod:`recompute.costs`). ``remat`` (a weight w ≥ 0; None: off) also recomputes cheap ops
     (pointwise, views, concatenations) in the backward where that keeps more than w bytes per byte
-    recomputed (:func:`recompute.remat.rematerialize`), if the schedule's simulated peak does not rise. Checked here, so that a bad option fails before compiling; planning
+    recomputed (:func:`recompute.remat.rematerialize`), if the schedule's simulated peak does not rise.
+    ``split_convolutions`` runs each convolution backward that last reads its input as two ops, so that
+    the input is freed in between (:func:`split_convolution_backwards`). Checked here, so that a bad option fails before compiling; planning
     happens when dynamo compiles.
     """
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
     if remat is not None and not (isinstance(remat, (int, float)) and not isinstance(remat, bool) and remat >= 0):
         raise ValueError(f"remat must be None (off) or a weight ≥ 0 (0: recompute wherever it keeps fewer bytes), got {remat!r}")
+    if not isinstance(split_convolutions, bool):
+        raise ValueError(f"split_convolutions must be True or False, got {split_convolutions!r}")
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)
-    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options)
+    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options, split_convolutions)

@@ -176,11 +176,13 @@ def our_partition(c: JointCapture, method: str = DEFAULT_METHOD, **options: Any)
     return fw, bw, b.partitions[-1]
 
 
-def split_plan(c: JointCapture, g: Graph, p: Plan, remat: float | None = None) -> Partition:
+def split_plan(c: JointCapture, g: Graph, p: Plan, remat: float | None = None,
+               split_convolutions: bool = False) -> Partition:
     """Plan ``p`` of ``g`` (the graph a partition of ``c`` was planned on) split into the forward and
-    backward modules ``recompute.backend(..., remat=remat)`` makes of it, without planning again."""
+    backward modules ``recompute.backend(..., remat=remat, split_convolutions=...)`` makes of it,
+    without planning again."""
     with _fake_mode(c):
-        return partition_of(g, p, c.num_fwd_outputs, remat)
+        return partition_of(g, p, c.num_fwd_outputs, remat, split_convolutions)
 
 
 @dataclass

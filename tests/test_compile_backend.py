@@ -119,6 +119,7 @@ def test_saves_fewer_activations_than_default_partition():
     ({"method": "approxdp", "runtime": "tvm"}, ValueError, "unknown runtime 'tvm'"),
     ({"method": "approxdp", "budget": -1}, ValueError, "budget must be a positive"),
     ({"method": "approxdp", "cost_model": "guess"}, ValueError, "unknown cost_model 'guess'"),
+    ({"method": "approxdp", "split_convolutions": "yes"}, ValueError, "split_convolutions must be True or False"),
 ])
 def test_bad_options_fail_before_compiling(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -188,7 +189,7 @@ def test_identical_ops_run_once():
 
 class _Convs(torch.nn.Module):
     """Three convolutions in a row (the second strided over an odd size, so its input gradient needs
-    an output padding): the second's input is read by nothing else of the backward."""
+    an output padding): the second's and third's inputs are read by nothing else of the backward."""
 
     def __init__(self):
         super().__init__()
@@ -200,23 +201,23 @@ class _Convs(torch.nn.Module):
         return self.c(self.b(self.a(x)))
 
 
-def test_a_convolution_backward_runs_as_two_ops_and_frees_its_input_between(monkeypatch):
+def test_split_convolutions_runs_a_convolution_backward_as_two_ops_and_frees_its_input_between():
     """The weight's gradient first, then the input's as a transposed convolution: training is bitwise
     eager's, and the convolution's input is freed before the input's gradient is made (lower peak)."""
     torch.manual_seed(0)
     model, x = _Convs(), torch.randn(2, 3, 17, 17)
-    plain, compiled = copy.deepcopy(model), copy.deepcopy(model)
-    backend = recompute.backend("vanilla")
-    ref, got = _train(plain, plain, x), _train(compiled, torch.compile(compiled, backend=backend), x)
-    for a, b in zip(ref, got):
-        assert all(torch.equal(a[k], b[k]) for k in a)
-    calls = [n for n in backend.partitions[-1].backward.graph.nodes if n.op == "call_function"]
+    plain = copy.deepcopy(model)
+    ref = _train(plain, plain, x)
+    parts = {}
+    for split in (False, True):
+        torch._dynamo.reset()
+        compiled = copy.deepcopy(model)
+        backend = recompute.backend("vanilla", split_convolutions=split)
+        got = _train(compiled, torch.compile(compiled, backend=backend), x)
+        for a, b in zip(ref, got):
+            assert all(torch.equal(a[k], b[k]) for k in a), f"split_convolutions={split}"
+        parts[split] = backend.partitions[-1]
+    calls = [n for n in parts[True].backward.graph.nodes if n.op == "call_function"]
     assert not any(n.target is torch.ops.aten.convolution_backward.default and n.args[-1][0] for n in calls)
     assert sum(n.target is torch.ops.aten.convolution.default and n.args[6] for n in calls) == 2  # b's and c's
-    split_peak = backend.partitions[-1].peak
-
-    torch._dynamo.reset()
-    monkeypatch.setattr(recompute.dynamo, "split_convolution_backwards", lambda gm: gm)
-    fused = recompute.backend("vanilla")
-    _train(compiled, torch.compile(compiled, backend=fused), x)
-    assert split_peak < fused.partitions[-1].peak
+    assert parts[True].peak < parts[False].peak
