@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any, Callable
 
 import torch
+import torch._dynamo
 
 import recompute
 from recompute.exactness import train_step
@@ -78,3 +80,23 @@ def check_plans(model: torch.nn.Module, inputs: tuple, makers: list[MakePlan], s
 def check_plan(model: torch.nn.Module, inputs: tuple, make_plan: MakePlan, seed: int = 0) -> recompute.Plan:
     """:func:`check_plans` for one plan."""
     return check_plans(model, inputs, [make_plan], seed)[0]
+
+
+def compiled_like_plain(model: torch.nn.Module, train: Callable[[torch.nn.Module, Callable[..., Any]], list[dict[str, Any]]],
+                        backends: dict[Any, "recompute.dynamo.Backend"]) -> dict[Any, "recompute.dynamo.Partition"]:
+    """Train a copy of ``model`` plainly and one compiled with each of ``backends`` (``train(model,
+    forward)`` gives each step's loss, gradients and statistics); assert every compiled run bitwise
+    equal to the plain one and return each backend's last partition, by its key."""
+    reference = copy.deepcopy(model)
+    plain = train(reference, reference)
+    parts = {}
+    for key, backend in backends.items():
+        torch._dynamo.reset()
+        compiled = copy.deepcopy(model)
+        got = train(compiled, torch.compile(compiled, backend=backend))
+        for step, (a, b) in enumerate(zip(plain, got)):
+            assert a.keys() == b.keys()
+            for name in a:
+                assert torch.equal(a[name], b[name]), f"{key}, step {step}: {name}"
+        parts[key] = backend.partitions[-1]
+    return parts

@@ -23,6 +23,7 @@ from recompute.dynamo import activation_bytes
 from recompute.exactness import train_step
 from recompute.fxnodes import is_random
 
+from .exactness import compiled_like_plain
 from .models import LiteralConstant
 
 STEPS = 2
@@ -206,17 +207,8 @@ def test_split_convolutions_runs_a_convolution_backward_as_two_ops_and_frees_its
     eager's, and the convolution's input is freed before the input's gradient is made (lower peak)."""
     torch.manual_seed(0)
     model, x = _Convs(), torch.randn(2, 3, 17, 17)
-    plain = copy.deepcopy(model)
-    ref = _train(plain, plain, x)
-    parts = {}
-    for split in (False, True):
-        torch._dynamo.reset()
-        compiled = copy.deepcopy(model)
-        backend = recompute.backend("vanilla", split_convolutions=split)
-        got = _train(compiled, torch.compile(compiled, backend=backend), x)
-        for a, b in zip(ref, got):
-            assert all(torch.equal(a[k], b[k]) for k in a), f"split_convolutions={split}"
-        parts[split] = backend.partitions[-1]
+    parts = compiled_like_plain(model, lambda m, forward: _train(m, forward, x),
+                                {split: recompute.backend("vanilla", split_convolutions=split) for split in (False, True)})
     calls = [n for n in parts[True].backward.graph.nodes if n.op == "call_function"]
     assert not any(n.target is torch.ops.aten.convolution_backward.default and n.args[-1][0] for n in calls)
     assert sum(n.target is torch.ops.aten.convolution.default and n.args[6] for n in calls) == 2  # b's and c's

@@ -19,6 +19,7 @@ from recompute.dynamo import _kept_from_forward
 from recompute.remat import cheapest_kept, recompute_late, rematerialize
 from recompute.simulate import simulate
 
+from .exactness import compiled_like_plain
 from .models import TimeTable
 
 
@@ -91,19 +92,8 @@ def test_remat_trains_exactly_and_keeps_fewer_bytes(name, method):
     statistics, dropout masks); the partition recomputes cheap ops, keeps fewer activation bytes
     than the same plan without them, and its simulated peak is no higher."""
     model, inputs = nets.build(name, batch_size=2, input_size=32 if name == "googlenet" else 16, seed=0)
-    reference = copy.deepcopy(model)
-    plain = _steps(reference, reference, inputs)
-    parts = {}
-    for remat in (False, True):
-        torch._dynamo.reset()
-        compiled = copy.deepcopy(model)
-        backend = recompute.backend(method, remat=0.0 if remat else None)
-        got = _steps(compiled, torch.compile(compiled, backend=backend), inputs)
-        for step, (a, b) in enumerate(zip(plain, got)):
-            assert a.keys() == b.keys()
-            for key in a:
-                assert torch.equal(a[key], b[key]), f"remat={remat}, step {step}: {key}"
-        parts[remat] = backend.partitions[-1]
+    parts = compiled_like_plain(model, lambda m, forward: _steps(m, forward, inputs),
+                                {remat: recompute.backend(method, remat=0.0 if remat else None) for remat in (False, True)})
     plain_part, remat_part = parts[False], parts[True]
     assert remat_part.schedule.recomputations() > plain_part.schedule.recomputations()
     assert remat_part.saved_bytes < plain_part.saved_bytes
