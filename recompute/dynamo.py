@@ -434,8 +434,8 @@ def backend(
     (pointwise, views, concatenations) in the backward where that keeps more than w bytes per byte
     recomputed (:func:`recompute.remat.rematerialize`), if the schedule's simulated peak does not rise.
     ``split_convolutions`` runs each convolution backward that last reads its input as two ops, so that
-    the input is freed in between (:func:`split_convolution_backwards`). Checked here, so that a bad option fails before compiling; planning
-    happens when dynamo compiles.
+    the input is freed in between (:func:`split_convolution_backwards`). Checked here, so that a bad
+    option fails before compiling; planning happens when dynamo compiles.
     """
     check_budget(budget)
     check_cost_model(cost_model, cost_options)

@@ -190,13 +190,14 @@ def test_identical_ops_run_once():
 
 class _Convs(torch.nn.Module):
     """Three convolutions in a row (the second strided over an odd size, so its input gradient needs
-    an output padding): the second's and third's inputs are read by nothing else of the backward."""
+    an output padding; the third grouped and dilated): the second's and third's inputs are read by
+    nothing else of the backward."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Conv2d(3, 32, 3, padding=1)
         self.b = torch.nn.Conv2d(32, 32, 3, padding=1, stride=2)
-        self.c = torch.nn.Conv2d(32, 4, 1)
+        self.c = torch.nn.Conv2d(32, 8, 3, padding=1, dilation=2, groups=4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c(self.b(self.a(x)))
