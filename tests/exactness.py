@@ -82,18 +82,30 @@ def check_plan(model: torch.nn.Module, inputs: tuple, make_plan: MakePlan, seed:
     return check_plans(model, inputs, [make_plan], seed)[0]
 
 
-def compiled_like_plain(model: torch.nn.Module, train: Callable[[torch.nn.Module, Callable[..., Any]], list[dict[str, Any]]],
+def sgd_steps(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, steps: int = 2) -> list[dict[str, Any]]:
+    """``steps`` SGD steps of ``model`` through ``forward`` (momentum, so that a wrong gradient or
+    statistic shows in the next step): each step's loss, gradients and BatchNorm statistics."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    out = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        out.append({k: v.clone() for k, v in train_step(model, forward, inputs, seed=step).items()})
+        opt.step()
+    return out
+
+
+def compiled_like_plain(model: torch.nn.Module, inputs: tuple,
                         backends: dict[Any, "recompute.dynamo.Backend"]) -> dict[Any, "recompute.dynamo.Partition"]:
-    """Train a copy of ``model`` plainly and one compiled with each of ``backends`` (``train(model,
-    forward)`` gives each step's loss, gradients and statistics); assert every compiled run bitwise
-    equal to the plain one and return each backend's last partition, by its key."""
+    """Train a copy of ``model`` plainly and one compiled with each of ``backends`` (:func:`sgd_steps`);
+    assert every compiled run bitwise equal to the plain one and return each backend's last
+    partition, by its key."""
     reference = copy.deepcopy(model)
-    plain = train(reference, reference)
+    plain = sgd_steps(reference, reference, inputs)
     parts = {}
     for key, backend in backends.items():
         torch._dynamo.reset()
         compiled = copy.deepcopy(model)
-        got = train(compiled, torch.compile(compiled, backend=backend))
+        got = sgd_steps(compiled, torch.compile(compiled, backend=backend), inputs)
         for step, (a, b) in enumerate(zip(plain, got)):
             assert a.keys() == b.keys()
             for name in a:

@@ -20,13 +20,10 @@ from torch._functorch.partitioners import default_partition
 import recompute
 from recompute import nets
 from recompute.dynamo import activation_bytes
-from recompute.exactness import train_step
 from recompute.fxnodes import is_random
 
-from .exactness import compiled_like_plain
+from .exactness import compiled_like_plain, sgd_steps
 from .models import LiteralConstant
-
-STEPS = 2
 
 
 @pytest.fixture(autouse=True)
@@ -36,24 +33,12 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _train(model: torch.nn.Module, forward: Any, x: torch.Tensor) -> list[dict[str, Any]]:
-    """``STEPS`` SGD steps (momentum, so a wrong gradient or statistic shows in the next step)."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    out = []
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        got = train_step(model, forward, (x,), seed=step)
-        out.append({k: v.clone() for k, v in got.items()})
-        opt.step()
-    return out
-
-
 def _assert_trains_like_eager(name: str, bitwise: bool = True, **options: Any) -> recompute.dynamo.Backend:
     model, (x,) = nets.build(name, batch_size=4, input_size=8, seed=0)
     plain, compiled = copy.deepcopy(model), copy.deepcopy(model)
     backend = recompute.backend(**options)
-    ref = _train(plain, plain, x)
-    got = _train(compiled, torch.compile(compiled, backend=backend), x)
+    ref = sgd_steps(plain, plain, (x,))
+    got = sgd_steps(compiled, torch.compile(compiled, backend=backend), (x,))
     for step, (a, b) in enumerate(zip(ref, got)):
         assert a.keys() == b.keys()
         for key in a:
@@ -158,10 +143,7 @@ def test_inductor_runtime_trains_dropout_batchnorm_net_like_eager():
 def test_constants_the_forward_makes_reach_both_modules():
     torch.manual_seed(0)
     model, x = LiteralConstant(), torch.randn(3, 4)
-    plain, compiled = copy.deepcopy(model), copy.deepcopy(model)
-    ref = _train(plain, plain, x)
-    got = _train(compiled, torch.compile(compiled, backend=recompute.backend("chen")), x)
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(ref, got) for k in a)
+    compiled_like_plain(model, (x,), {"chen": recompute.backend("chen")})
 
 
 def test_identical_ops_run_once():
@@ -208,8 +190,8 @@ def test_split_convolutions_runs_a_convolution_backward_as_two_ops_and_frees_its
     eager's, and the convolution's input is freed before the input's gradient is made (lower peak)."""
     torch.manual_seed(0)
     model, x = _Convs(), torch.randn(2, 3, 17, 17)
-    parts = compiled_like_plain(model, lambda m, forward: _train(m, forward, x),
-                                {split: recompute.backend("vanilla", split_convolutions=split) for split in (False, True)})
+    parts = compiled_like_plain(model, (x,), {split: recompute.backend("vanilla", split_convolutions=split)
+                                              for split in (False, True)})
     calls = [n for n in parts[True].backward.graph.nodes if n.op == "call_function"]
     assert not any(n.target is torch.ops.aten.convolution_backward.default and n.args[-1][0] for n in calls)
     assert sum(n.target is torch.ops.aten.convolution.default and n.args[6] for n in calls) == 2  # b's and c's

@@ -14,7 +14,6 @@ from torch._functorch.partitioners import default_partition
 
 import recompute
 from recompute import nets, partitions
-from recompute.exactness import train_step
 from recompute.dynamo import _kept_from_forward
 from recompute.remat import cheapest_kept, recompute_late, rematerialize
 from recompute.simulate import simulate
@@ -75,16 +74,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _steps(model: torch.nn.Module, forward, inputs) -> list[dict]:
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    out = []
-    for step in range(2):
-        opt.zero_grad(set_to_none=True)
-        out.append({k: v.clone() for k, v in train_step(model, forward, inputs, seed=step).items()})
-        opt.step()
-    return out
-
-
 @pytest.mark.parametrize("name, method", [("skip", "vanilla"), ("siamese", "approxdp"), ("dropout", "vanilla"),
                                           ("googlenet", "approxdp")])
 def test_remat_trains_exactly_and_keeps_fewer_bytes(name, method):
@@ -92,8 +81,8 @@ def test_remat_trains_exactly_and_keeps_fewer_bytes(name, method):
     statistics, dropout masks); the partition recomputes cheap ops, keeps fewer activation bytes
     than the same plan without them, and its simulated peak is no higher."""
     model, inputs = nets.build(name, batch_size=2, input_size=32 if name == "googlenet" else 16, seed=0)
-    parts = compiled_like_plain(model, lambda m, forward: _steps(m, forward, inputs),
-                                {remat: recompute.backend(method, remat=0.0 if remat else None) for remat in (False, True)})
+    parts = compiled_like_plain(model, inputs, {remat: recompute.backend(method, remat=0.0 if remat else None)
+                                                for remat in (False, True)})
     plain_part, remat_part = parts[False], parts[True]
     assert remat_part.schedule.recomputations() > plain_part.schedule.recomputations()
     assert remat_part.saved_bytes < plain_part.saved_bytes
@@ -191,14 +180,7 @@ def test_cheap_values_are_recomputed_again_before_late_reads_and_train_exactly()
     bitwise (loss, gradients, BatchNorm statistics)."""
     torch.manual_seed(0)
     model, inputs = _DenseBlock(), (torch.randn(2, 3, 16, 16),)
-    reference = copy.deepcopy(model)
-    plain = _steps(reference, reference, inputs)
-    compiled = copy.deepcopy(model)
-    backend = recompute.backend("approxdp", strategy="tc", remat=0.0)
-    got = _steps(compiled, torch.compile(compiled, backend=backend), inputs)
-    for a, b in zip(plain, got):
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    part = backend.partitions[-1]
+    part = compiled_like_plain(model, inputs, {"tc": recompute.backend("approxdp", strategy="tc", remat=0.0)})["tc"]
     assert any(copy >= 2 for _, copy in part.schedule.steps)  # a value computed a third time
     program = part.graph.program
     once = rematerialize(program, _kept_from_forward(program, part.plan.runs(part.graph)), weight=0.0)
@@ -223,13 +205,7 @@ class _Upsampling(torch.nn.Module):
 def test_an_upsampled_map_is_gathered_again_in_the_backward_and_trains_exactly():
     torch.manual_seed(0)
     model, inputs = _Upsampling(), (torch.randn(2, 3, 16, 16),)
-    plain = _steps(*(2 * [copy.deepcopy(model)]), inputs)
-    torch._dynamo.reset()
-    compiled = copy.deepcopy(model)
-    backend = recompute.backend("vanilla", remat=0.0)
-    got = _steps(compiled, torch.compile(compiled, backend=backend), inputs)
-    assert all(torch.equal(a[key], b[key]) for a, b in zip(plain, got) for key in a)
-    part = backend.partitions[-1]
+    part = compiled_like_plain(model, inputs, {"remat 0": recompute.backend("vanilla", remat=0.0)})["remat 0"]
     joint = part.graph.program.joint
     assert any(copy > 0 and joint.node(name).target == torch.ops.aten._unsafe_index.Tensor
                for name, copy in part.schedule.steps)
