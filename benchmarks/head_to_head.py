@@ -355,10 +355,12 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
                     eager_seconds: float | None) -> list[Point]:
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
     our executor, bitwise plain training's): the time-centric DP from its smallest feasible peak towards
-    vanilla's, the memory-centric DP and Chen's √n segments. Peak: the plan's simulated peak (= the
-    ``fake`` backend's, ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen
-    calls against plain eager training's (``eager_seconds``), the step traced at the probe batches too
-    where an op key has no probe yet (a trace of DenseNet-161 takes half a minute)."""
+    vanilla's, the memory-centric DP and Chen's √n segments, each also with cheap values recomputed late
+    (:meth:`~recompute.Plan.with_late_recompute`, ``+late``) where that lowers its peak. Peak: the
+    plan's simulated peak (= the ``fake`` backend's, ``tests/test_simulate.py``) plus parameters and
+    buffers; time: the schedule's ATen calls against plain eager training's (``eager_seconds``), the step
+    traced at the probe batches too where an op key has no probe yet (a trace of DenseNet-161 takes
+    half a minute)."""
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
     graphs = {batch: recompute.trace(model, inputs, loss_fn=default_loss)}
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
@@ -389,6 +391,8 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
                           recompute.plan(g, "approxdp", strategy="tc", budget=budget, **dp)))
     plans.append(("approxdp_mc", "budget min", recompute.plan(g, "approxdp", strategy="mc", **dp)))
     plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
+    # each also with cheap values recomputed again before late reads, where that lowers its peak
+    plans += [(f"{method}+late", knob, late) for method, knob, p in plans if (late := p.with_late_recompute(g)) is not p]
     points = []
     for method, knob, p in plans:
         seconds = ex.seconds(probed(p))

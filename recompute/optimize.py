@@ -31,10 +31,11 @@ class RecomputeModule(torch.nn.Module):
     """
 
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
-                 cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None):
+                 cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
+                 recompute_late: bool = False):
         super().__init__()
         self.model = model
-        self.method, self.strategy, self.budget = method, strategy, budget
+        self.method, self.strategy, self.budget, self.recompute_late = method, strategy, budget, recompute_late
         self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
@@ -66,6 +67,8 @@ class RecomputeModule(torch.nn.Module):
         if key not in self._executors:
             g = trace(self.model, inputs, cost_model=self.cost_model, **self.cost_options)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
+            if self.recompute_late:
+                p = p.with_late_recompute(g)
             self._executors[key] = Executor(g, p, self.model)
         self.last = self._executors[key]
         return self.last
@@ -92,6 +95,7 @@ def optimize(
     budget: int | None = None,
     cost_model: str = "paper",
     cost_options: dict[str, Any] | None = None,
+    recompute_late: bool = False,
     **plan_options: Any,
 ) -> RecomputeModule | BaselineModule:
     """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP, at
@@ -103,6 +107,8 @@ def optimize(
     :func:`recompute.backend` and the app (the DPs: ``strategy="tc"``, ``memory_model`` the
     simulator, so that the plan's peak is the simulated one of the step that runs). ``cost_model``
     prices T_v (:mod:`recompute.costs`), with ``cost_options`` (e.g. ``measured``'s ``repeats``).
+    ``recompute_late`` also computes cheap values the backward reads early and much later once more
+    before the later read, where that lowers the step's peak (:meth:`Plan.with_late_recompute`).
 
     A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
@@ -118,7 +124,11 @@ def optimize(
     check_inputs(example_inputs, allow_none=True)
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
+    if not isinstance(recompute_late, bool):
+        raise TypeError(f"recompute_late must be True or False, got {recompute_late!r}")
     if method in baselines.names():
+        if recompute_late:
+            raise ValueError(f"recompute_late rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")
         entry = baselines.spec(method)
         entry.check(strategy=strategy, budget=budget, options=plan_options)
         base = BaselineModule(model, method, entry.fn(model, **plan_options))
@@ -126,7 +136,8 @@ def optimize(
         return base
     spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
-                              cost_model=cost_model, plan_options=plan_options, cost_options=cost_options)
+                              cost_model=cost_model, plan_options=plan_options, cost_options=cost_options,
+                              recompute_late=recompute_late)
     wrapped.train(model.training)
     if example_inputs is not None:
         wrapped.prepare(*((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs))

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence, Set
 
 import networkx as nx
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (registers the max-pool prim _CHEAP names)
 import torch.fx as fx
 
 from .fxnodes import runs_once

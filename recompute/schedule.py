@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .joint import JointProgram
     from .trace import Program
 
-__all__ = ["Instance", "Schedule", "Writer", "canonical", "forward_order", "rng_order_preds", "held"]
+__all__ = ["Instance", "Schedule", "Writer", "canonical", "forward_order", "rng_order_preds", "held", "recomputation_cost"]
 
 Instance = tuple[str, int]
 
@@ -122,6 +122,12 @@ def rng_order_preds(g: "Graph") -> tuple[tuple[int, ...], ...]:
     randoms = [p.group[n.name] for n in p.joint.forward if n.name in p.group and is_random(n)]
     extra = {v: u for u, v in zip(randoms, randoms[1:]) if u != v}
     return tuple(tuple(sorted(set(ps) | ({extra[v]} if v in extra else set()))) for v, ps in enumerate(g.preds))
+
+
+def recomputation_cost(g: "Graph", schedule: Schedule) -> int:
+    """Σ T_v over every recomputation of a node v of V (each copy ≥ 1 of its ops counts once)."""
+    again = {(g.program.group[name], copy) for name, copy in schedule.steps if copy > 0 and name in g.program.group}
+    return int(sum(g.time[v] for v, _ in again))
 
 
 def canonical(g: "Graph", seq: Sequence[frozenset[int]]) -> Schedule:

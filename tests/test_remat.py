@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch._dynamo
 from torch._functorch.partitioners import default_partition
+from torchvision.models.densenet import _DenseBlock as _TorchvisionDenseBlock
 
 import recompute
 from recompute import nets, partitions
@@ -18,7 +19,7 @@ from recompute.dynamo import _kept_from_forward
 from recompute.remat import cheapest_kept, recompute_late, rematerialize
 from recompute.simulate import simulate
 
-from .exactness import compiled_like_plain
+from .exactness import check_plans, compiled_like_plain, sgd_steps
 from .models import TimeTable
 
 
@@ -186,6 +187,54 @@ def test_cheap_values_are_recomputed_again_before_late_reads_and_train_exactly()
     once = rematerialize(program, _kept_from_forward(program, part.plan.runs(part.graph)), weight=0.0)
     assert recompute_late(program, once).steps == part.schedule.steps
     assert part.peak < simulate(program, once).peak
+
+
+class _Bottlenecks(torch.nn.Module):
+    """torchvision's dense block (BatchNorm, ReLU, 1×1 convolution, BatchNorm, ReLU, 3×3 convolution per
+    layer), as DenseNet-161 has it."""
+
+    def __init__(self, layers: int = 4):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.block = _TorchvisionDenseBlock(layers, 8, bn_size=2, growth_rate=4, drop_rate=0.0)
+        self.head = torch.nn.Linear(8 + 4 * layers, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.stem(x)).mean((2, 3)))
+
+
+def test_the_executor_recomputes_cheap_values_late_where_that_lowers_the_peak_and_trains_bitwise():
+    """``Plan.with_late_recompute``, the executor's counterpart. Where Chen's segments recompute dense
+    layers, each layer's concatenation is read by its recomputed BatchNorm and again, after the
+    layer's two convolution backwards, by BatchNorm's backward: it is computed once more then. The
+    schedule is the one the simulator prices (its new peak, lower), and it trains bitwise as plain
+    training does, alone and through ``recompute.optimize(..., recompute_late=True)`` inside a larger
+    model; a plan it cannot improve is returned unchanged."""
+    torch.manual_seed(0)
+    model, inputs = _Bottlenecks(), (torch.randn(2, 3, 16, 16),)
+    g = recompute.trace(model, inputs)
+    p = recompute.plan(g, "chen")
+    late = p.with_late_recompute(g)
+    assert late.peak < p.peak == simulate(g.program, p.runs(g)).peak
+    assert late.peak == simulate(g.program, late.runs(g)).peak
+    assert any(copy >= 2 for _, copy in late.runs(g).steps) and late.overhead > p.overhead
+    assert late.lower_sets == p.lower_sets
+    check_plans(model, inputs, [lambda _: late], dtype=torch.float32, graph=g)
+    vanilla = recompute.plan(g, "vanilla")
+    assert vanilla.with_late_recompute(g) is vanilla
+
+    outer = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), model)
+    plain = copy.deepcopy(outer)
+    outer[1] = recompute.optimize(model, inputs, method="chen", recompute_late=True)
+    got, ref = sgd_steps(outer, outer, inputs), sgd_steps(plain, plain, inputs)
+    assert outer[1].plan.schedule is not None  # recomputed late, for the step as it is held here
+    for a, b in zip(ref, got):
+        b = {k.replace("1.model.", "1."): v for k, v in b.items()}  # the wrapper holds the block as .model
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    with pytest.raises(ValueError, match="recompute_late rewrites a plan's schedule; 'torch_sac'"):
+        recompute.optimize(model, inputs, method="torch_sac", recompute_late=True)
+    with pytest.raises(TypeError, match="recompute_late must be True or False, got 'yes'"):
+        recompute.optimize(model, inputs, method="chen", recompute_late="yes")
 
 
 class _Upsampling(torch.nn.Module):

@@ -30,21 +30,15 @@ from ..multirecompute.compile import to_schedule
 from ..multirecompute.graphmap import JoinMap
 from ..multirecompute.schedule import Schedule as PebbleSchedule
 from ..plan import InfeasibleBudget, Plan, register
-from ..schedule import Schedule
+from ..schedule import Schedule, recomputation_cost
 from ..simulate import simulate
 
-__all__ = ["revolve", "chen_recursive", "join_dp", "recomputation_cost"]
+__all__ = ["revolve", "chen_recursive", "join_dp"]
 
 
 def _traced(g: Graph, method: str) -> None:
     if g.program is None:
         raise ValueError(f"{method} compiles a schedule of the joint graph: plan a traced graph (recompute.trace)")
-
-
-def recomputation_cost(g: Graph, schedule: Schedule) -> int:
-    """Σ T_v over every recomputation of a node v of V (each copy ≥ 1 of its ops counts once)."""
-    again = {(g.program.group[name], copy) for name, copy in schedule.steps if copy > 0 and name in g.program.group}
-    return int(sum(g.time[v] for v, _ in again))
 
 
 def _priced(g: Graph, jm: JoinMap, pebbles: PebbleSchedule, budget: int | None) -> Plan:
