@@ -403,11 +403,12 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
 
 
 def _eager_calls(name: str, batch: int, size: int, method: str, options: dict[str, Any]) -> list[OpCall]:
-    """The ATen calls of one eager step of ``method`` (``eager``: plain training) on the meta device."""
+    """The ATen calls of one eager step of ``method`` (``eager``: plain training) on the meta device,
+    written as the CPU's (where the time model runs them)."""
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
     model = model.to("meta")
     runner = model if method == "eager" else recompute.optimize(model, method=method, **options)
-    with Recorder() as recorder:
+    with Recorder(device="cpu") as recorder:  # the keys of the traced steps' ops, timed once for both
         default_loss(runner(*(torch.empty(x.shape, device="meta") for x in inputs))).backward()
     return recorder.calls
 

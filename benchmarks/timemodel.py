@@ -29,7 +29,6 @@ import torch
 import recompute
 from recompute import nets
 from recompute.measure import default_loss
-from recompute.schedule import canonical
 from recompute.timing import TimeModel, schedule_calls
 
 from .common import REPO, head_commit, markdown_table, write_section
@@ -64,7 +63,7 @@ def run(names: list[str], steps: int, repeats: int, rounds: int) -> list[list[ob
         vanilla = None
         for label, method, strategy in PLANS:
             p = recompute.plan(graph, method, strategy=strategy)
-            calls = schedule_calls(graph.program, p.schedule or canonical(graph, p.lower_sets))
+            calls = schedule_calls(graph.program, p.runs(graph))
             vanilla = calls if vanilla is None else vanilla
             runner = recompute.execute(graph, p, model)
             step_seconds(runner, model, inputs, 1)  # warm-up

@@ -12,7 +12,7 @@ from . import baselines, lowerset
 from .blockcost import BlockCosts
 from .graph import Graph
 from .memory_model import PLANNING, MemoryModel
-from .remat import recompute_late
+from .remat import late_where_needed
 from .schedule import Schedule, canonical, recomputation_cost
 from .simulate import simulate
 from .validate import check_budget, check_graph, check_options, keyword_options
@@ -122,18 +122,19 @@ class Plan:
     def with_late_recompute(self, graph: Graph) -> "Plan":
         """This plan with each cheap value (a concatenation, a ReLU: :func:`recompute.remat.cheap`)
         that its backward recomputes and reads early and again much later computed once more right
-        before the later read instead of held in between (:func:`recompute.remat.recompute_late`),
-        where that lowers the simulated peak; else this plan. Its ``overhead`` counts every copy
-        (:func:`~recompute.schedule.recomputation_cost`). What a traced DenseNet-161 block holds while
-        its recomputed layers wait for their backward: at batch 32, 224², the memory-centric DP's
-        smallest step 1.110 → 0.984 GiB."""
+        before the later read instead of held in between, where the simulated peak needs it
+        (:func:`recompute.remat.late_where_needed`); this plan where that lowers no peak. Its
+        ``overhead`` adds T_v for each copy of a node it adds (:func:`~recompute.schedule.recomputation_cost`). What a traced
+        DenseNet-161 block holds while its recomputed layers wait for their backward: at batch 32,
+        224², the memory-centric DP's smallest step 1.110 → 0.984 GiB."""
         if graph.program is None:
             raise ValueError("recomputing late rewrites the step's schedule: plan a traced graph (recompute.trace)")
         runs = self.runs(graph)
-        later = recompute_late(graph.program, runs)
-        if later is runs or (peak := simulate(graph.program, later).peak) >= self.peak:
+        later = late_where_needed(graph.program, runs)
+        if later is runs:
             return self
-        return replace(self, schedule=later, peak=peak, overhead=recomputation_cost(graph, later),
+        added = recomputation_cost(graph, later) - recomputation_cost(graph, runs)
+        return replace(self, schedule=later, peak=simulate(graph.program, later).peak, overhead=self.overhead + added,
                        info={**self.info, "late recomputations": len(later) - len(runs)})
 
     @property

@@ -14,7 +14,7 @@ from recompute import nets
 from recompute.measure import MemoryMeter
 from recompute.partitions import capture, our_partition, torch_partition
 from recompute.simulate import simulate_partition
-from recompute.timing import BatchExtrapolation, TimeModel, module_calls
+from recompute.timing import BatchExtrapolation, Recorder, TimeModel, module_calls
 
 
 @pytest.fixture(autouse=True)
@@ -88,6 +88,19 @@ def test_time_model_sum_is_the_per_op_costs():
     assert tm.seconds(calls) == pytest.approx(sum(costs))
     assert len(tm.table) == len({call.key for call in calls}) < len(calls)  # the chain's layers share keys
     assert costs == [tm.table[call.key] for call in calls]
+
+
+def test_a_step_recorded_on_meta_tensors_as_the_cpus_has_the_keys_of_the_same_ops_on_the_cpu():
+    """``Recorder(device="cpu")``: an eager step on ``meta`` tensors (how the head-to-head prices
+    PyTorch's eager methods) is keyed as the CPU's, so one timing prices it and the traced steps."""
+    def calls(device: str, as_device: str | None) -> list:
+        conv = torch.nn.Conv2d(3, 4, 3).to(device)
+        with Recorder(device=as_device) as recorder:
+            conv(torch.ones(2, 3, 8, 8, device=device, requires_grad=True)).sum().backward()
+        return [c.key for c in recorder.calls]
+
+    cpu = calls("cpu", None)
+    assert calls("meta", "cpu") == cpu != calls("meta", None)
 
 
 def test_ops_are_timed_on_real_tensors_inside_a_partitioners_fake_mode(monkeypatch):

@@ -218,6 +218,8 @@ def test_the_executor_recomputes_cheap_values_late_where_that_lowers_the_peak_an
     assert late.peak < p.peak == simulate(g.program, p.runs(g)).peak
     assert late.peak == simulate(g.program, late.runs(g)).peak
     assert any(copy >= 2 for _, copy in late.runs(g).steps) and late.overhead > p.overhead
+    every = recompute_late(g.program, p.runs(g))  # every late recomputation: the same peak, more steps
+    assert simulate(g.program, every).peak == late.peak and len(every) > len(late.runs(g))
     assert late.lower_sets == p.lower_sets
     check_plans(model, inputs, [lambda _: late], dtype=torch.float32, graph=g)
     vanilla = recompute.plan(g, "vanilla")
