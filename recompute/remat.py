@@ -327,12 +327,11 @@ def recompute_late(p: "Program", s: Schedule, min_gap: int = 8, only: Set[Instan
 
 def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8) -> Schedule:
     """:func:`recompute_late` with only the values its peak needs computed once more (``s`` itself where
-    it does not lower the peak). A recomputation
-    costs a pass over its operands, and most lie where the step is far below its peak: of the 190
-    that DenseNet-161's memory-centric DP's smallest plan (batch 32, 224²) would add, 35 give the
-    same peak. Runs of the candidates, in schedule order, are left held where the simulated peak does
-    not rise without them, a run that cannot be halved in turn (few simulations where most are not
-    needed)."""
+    it does not lower the peak). A recomputation costs a pass over its operands, and most lie where the
+    step is far below its peak: of the 190 that DenseNet-161's memory-centric DP's smallest plan (batch
+    32, 224²) would add, 35 give the same peak. Runs of the candidates, in schedule order, are left
+    held where the simulated peak does not rise without them, and a run that does rise is halved and
+    tried again (one simulation per run)."""
     full = recompute_late(p, s, min_gap)
     if full is s or (peak := simulate(p, full).peak) >= simulate(p, s).peak:
         return s
