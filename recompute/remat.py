@@ -338,12 +338,12 @@ def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8) -> Schedule:
     at = {inst: i for i, inst in enumerate(s.steps)}
     candidates = sorted((inst for inst in s.steps[s.backward_start:] if inst[1] > 0 and cheap(p.joint.node(inst[0]))),
                         key=at.__getitem__)
-    kept, runs = set(candidates), [candidates]
+    kept, best, runs = set(candidates), full, [candidates]
     while runs:
         run = runs.pop()
         fewer = kept.difference(run)
-        if simulate(p, recompute_late(p, s, min_gap, fewer)).peak <= peak:
-            kept = fewer
+        if simulate(p, schedule := recompute_late(p, s, min_gap, fewer)).peak <= peak:
+            kept, best = fewer, schedule
         elif len(run) > 1:
             runs += [run[len(run) // 2:], run[:len(run) // 2]]
-    return recompute_late(p, s, min_gap, kept)
+    return best
