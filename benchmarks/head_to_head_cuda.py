@@ -13,9 +13,14 @@ the paper's batch and input size under :func:`recompute.measure` (``backend="cud
 * PyTorch: ``torch.compile`` (inductor) under ``activation_memory_budget`` ∈
   :data:`benchmarks.head_to_head.BUDGETS` × every solver torch ships, ``checkpoint`` per block,
   ``checkpoint_sequential`` (2, √n, 8 segments) and selective activation checkpointing;
-* ours: ``torch.compile(backend=recompute.backend(..., runtime="inductor"))`` for vanilla and the
-  time-centric DP at its smallest feasible peak and at the head-to-head's budgets, each without and
-  with cheap rematerialization (:data:`benchmarks.head_to_head.REMAT_WEIGHTS`).
+* ours compiled: ``torch.compile(backend=recompute.backend(..., runtime="inductor"))`` for vanilla and
+  the time-centric DP at its smallest feasible peak and at the head-to-head's budgets, each without and
+  with cheap rematerialization (:data:`benchmarks.head_to_head.REMAT_WEIGHTS`);
+* ours eager (``executor ...``): the step traced once on the GPU (cuDNN's workspaces counted, ops timed
+  there), the time- and memory-centric DPs' smallest plans and Chen's √n segments, each also with cheap
+  values recomputed late where that lowers its peak, run by our executor (bitwise plain training's).
+
+``--eager`` leaves out every compiled point (a network's inductor compiles take minutes).
 
 A method that runs out of GPU memory is recorded with no peak (``oom``) and the run goes on. Points
 carry the device's name; ``exact`` is false for inductor's points (its fused kernels round differently
@@ -38,6 +43,7 @@ import torch
 
 import recompute
 from recompute import nets
+from recompute.measure import default_loss
 from recompute.partitions import SOLVERS
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
@@ -88,12 +94,14 @@ Make = Callable[[], tuple[torch.nn.Module, Any]]
 @dataclass(frozen=True)
 class Grid:
     """Which points run: PyTorch's compile budgets × solvers, and our time-centric DP at ``ours`` budgets
-    (the smallest feasible peak, then evenly towards vanilla's) × cheap-rematerialization weights."""
+    (the smallest feasible peak, then evenly towards vanilla's) × cheap-rematerialization weights; none
+    of these where ``compiled`` is false (the eager methods and our executor's plans run either way)."""
 
     budgets: tuple[float, ...] = BUDGETS
     solvers: tuple[str, ...] = SOLVERS
     ours: int = 4
     remat: tuple[float | None, ...] = REMAT_WEIGHTS
+    compiled: bool = True
 
 
 def _compiled(model: torch.nn.Module, **options: Any) -> Make:
@@ -113,16 +121,45 @@ def _optimized(model: torch.nn.Module, method: str, options: dict[str, Any]) -> 
     return make
 
 
+def _executed(model: torch.nn.Module, graph: recompute.Graph, plan: recompute.Plan) -> Make:
+    return lambda: (model, recompute.execute(graph, plan, model))
+
+
+def _executor(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str, Make]]:
+    """(method, knob, make) for our plans on the eager path, as ``benchmarks.head_to_head`` lists them:
+    one trace of the step on the model's device, its ops timed there (``measured``). Where tracing or
+    planning fails, one point says so and the run goes on."""
+    try:
+        graph = recompute.trace(model, inputs, loss_fn=default_loss, cost_model=PLANNING["cost_model"])
+        plans = [("approxdp_tc", "budget min", recompute.plan(graph, "approxdp", strategy="tc")),
+                 ("approxdp_mc", "budget min", recompute.plan(graph, "approxdp", strategy="mc")),
+                 ("chen", "√n segments", recompute.plan(graph, "chen"))]
+        plans += [(f"{method}+late", knob, late) for method, knob, p in plans
+                  if (late := p.with_late_recompute(graph)) is not p]
+    except Exception as e:  # recorded by run_net as the point's failure
+        def failed(error: Exception = e) -> tuple[torch.nn.Module, Any]:
+            raise error
+
+        yield "executor", "", failed
+        return
+    for method, knob, p in plans:
+        yield f"executor {method}", knob, _executed(model, graph, p)
+
+
 def _runners(model: torch.nn.Module, inputs: tuple, grid: Grid) -> Iterator[tuple[str, str, str, Make, Any]]:
     """(method, knob, family, make the model and its runner, the context to measure it in) per method."""
     yield "vanilla", "", "ours", lambda: (model, None), contextlib.nullcontext()
+    for method, options in EAGER_BASELINES:
+        knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
+        yield method, knob, "pytorch", _optimized(model, method, options), contextlib.nullcontext()
+    for method, knob, make in _executor(model, inputs):
+        yield method, knob, "ours", make, contextlib.nullcontext()
+    if not grid.compiled:
+        return
     for solver in grid.solvers:
         for b in grid.budgets:
             patch = torch._functorch.config.patch(activation_memory_budget=b, activation_memory_budget_solver=solver)
             yield "min_cut", f"budget {b:g}, {solver}", "pytorch", _compiled(model), patch
-    for method, options in EAGER_BASELINES:
-        knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
-        yield method, knob, "pytorch", _optimized(model, method, options), contextlib.nullcontext()
     # the partitions' simulated peaks; planning needs no compiler, so these run eager
     probe = recompute.backend("vanilla", **PLANNING)
     first = recompute.backend("approxdp", strategy="tc", **PLANNING)
@@ -141,14 +178,15 @@ def _runners(model: torch.nn.Module, inputs: tuple, grid: Grid) -> Iterator[tupl
 
 
 def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int | None = None,
-            grid: Grid = Grid()) -> list[CudaPoint]:
-    """Every method of ``grid`` on network ``name`` on the GPU (the paper's batch and size unless given)."""
-    device = require_cuda()
+            grid: Grid = Grid(), backend: str = "cuda") -> list[CudaPoint]:
+    """Every method of ``grid`` on network ``name`` on the GPU (the paper's batch and size unless given;
+    ``backend="cpu"`` runs the same list on the CPU, where the tests check it)."""
+    device = require_cuda() if backend == "cuda" else backend
     spec = nets.spec(name)
     batch = spec.batch_size if batch is None else batch
     size = spec.input_size[0] if size is None else size
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
-    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    model, inputs = model.to(backend), tuple(x.to(backend) for x in inputs)
     points = []
     for method, knob, family, make, context in _runners(model, inputs, grid):
         torch._dynamo.reset()
@@ -156,7 +194,7 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
         try:
             with context:
                 own, runner = make()
-                m = recompute.measure(own, inputs, runner=runner, backend="cuda", iterations=iterations)
+                m = recompute.measure(own, inputs, runner=runner, backend=backend, iterations=iterations)
             peak, seconds = m.peak_bytes + m.param_bytes, m.seconds
         except torch.OutOfMemoryError:
             status = "oom"  # recorded; the next method runs
@@ -166,8 +204,9 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
             status = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         finally:
             own = runner = None
-            torch.cuda.empty_cache()
-        compiled = method == "min_cut" or (family == "ours" and method != "vanilla")
+            if backend == "cuda":
+                torch.cuda.empty_cache()
+        compiled = method == "min_cut" or (family == "ours" and not method.startswith(("vanilla", "executor")))
         points.append(CudaPoint(name, batch, size, method, knob, family, peak, seconds, device, not compiled, status))
         shown = status if peak is None else f"{peak / GIB:.3f} GiB, {seconds:.3f} s"
         print(f"{name} {method} {knob}: {shown}", flush=True)
@@ -196,10 +235,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ours", type=int, default=Grid.ours, help="budgets of our time-centric DP, the smallest feasible first")
     parser.add_argument("--remat", nargs="+", type=_weight, default=list(REMAT_WEIGHTS),
                         help="cheap-rematerialization weights of our points ('off': none)")
+    parser.add_argument("--eager", action="store_true", help="only the eager methods and our executor's plans (no torch.compile)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/cuda_pareto_<net>.json")
     args = parser.parse_args(argv)
     device = require_cuda()
-    grid = Grid(tuple(args.budgets), tuple(args.solvers), args.ours, tuple(args.remat))
+    grid = Grid(tuple(args.budgets), tuple(args.solvers), args.ours, tuple(args.remat), not args.eager)
     command = " ".join(["python -m benchmarks.head_to_head_cuda", *(argv if argv is not None else sys.argv[1:])])
     made_by = f"`{command}`, torch {torch.__version__}, commit {head_commit()}, {date.today()}"
     # a run of some networks keeps the others' points (each table names what measured it)

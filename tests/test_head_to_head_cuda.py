@@ -45,10 +45,23 @@ def test_every_method_runs_on_cuda():
     assert not [p for p in points if p.status.startswith("failed")]
     assert {p.family for p in points} == {"ours", "pytorch"}
     assert any(p.method == "min_cut" for p in points) and any("+remat" in p.method for p in points)
+    assert any(p.method.startswith("executor") and p.status == "ok" for p in points)
     ran = [p for p in points if p.status == "ok"]
     assert ran and all(p.peak > 0 and p.seconds > 0 for p in ran)
     assert next(p for p in points if p.method == "vanilla").status == "ok"
     assert "vanilla" in h.net_table(points)
+
+
+def test_the_eager_methods_and_our_executors_plans_run_on_the_cpu_as_on_the_gpu():
+    points = h.run_net("resblock", iterations=1, batch=2, size=16, grid=h.Grid(compiled=False), backend="cpu")
+    assert [p.status for p in points if p.status != "ok"] == [] and all(p.device == "cpu" for p in points)
+    assert not any(p.method == "min_cut" or "+remat" in p.method for p in points)
+    ours = {p.method: p for p in points if p.method.startswith("executor")}
+    assert {"executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= set(ours)
+    assert all(p.exact and p.family == "ours" and p.peak > 0 and p.seconds > 0 for p in ours.values())
+    vanilla = next(p for p in points if p.method == "vanilla")
+    assert ours["executor approxdp_mc"].peak < vanilla.peak
+    assert {p.method for p in points if p.family == "pytorch"} == {m for m, _ in h.EAGER_BASELINES}
 
 
 @pytest.mark.cuda

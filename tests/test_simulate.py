@@ -103,8 +103,10 @@ def test_simulated_peak_against_a_cuda_step(name):
     model, inputs = nets.build(name, batch_size=8, input_size=128 if name == "unet" else 64, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
-    for method, strategy in (("vanilla", None), ("chen", None), ("approxdp", "mc")):
-        p = recompute.plan(graph, method, strategy=strategy)
+    mc = recompute.plan(graph, "approxdp", strategy="mc")
+    plans = [recompute.plan(graph, "vanilla"), recompute.plan(graph, "chen"), mc, mc.with_late_recompute(graph)]
+    for p in plans:
+        method = f"{p.method}{'' if p.schedule is None else ' late'}"
         got = measure(model, inputs, runner=recompute.execute(graph, p, model), backend="cuda", iterations=1).peak_bytes
         print(f"{name} {method}: simulated {p.peak}, cuda {got} ({got / p.peak:.4f})")
         assert p.peak - 2**20 <= got <= 1.02 * p.peak + 16 * 2**20, method

@@ -206,3 +206,26 @@ def test_autocast_retraces_and_trains_as_plain_autocast():
     b.float().pow(2).mean().backward()
     for p, q in zip(plain.parameters(), ours.parameters()):
         assert torch.equal(p.grad, q.grad)
+
+
+ON_CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["", "late"])
+@pytest.mark.parametrize("device", ["cpu", ON_CUDA])
+def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, late, monkeypatch):
+    """All of the above at once, on a convolutional backbone with dropout (torchvision's dense block), on
+    the CPU and on a GPU (cuDNN asked for its deterministic kernels, as plain training would be)."""
+    from torchvision.models.densenet import _DenseBlock
+
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    torch.manual_seed(0)
+    body = nn.Sequential(_DenseBlock(num_layers=4, num_input_features=8, bn_size=2, growth_rate=4, drop_rate=0.2),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 4))
+    plain = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), body).to(device)
+    ours = copy.deepcopy(plain).eval()
+    ours[1] = recompute.optimize(ours[1], (torch.randn(2, 8, 16, 16, device=device),), method="chen", recompute_late=late)
+    ours.train()
+    _same_step(plain, ours, (torch.randn(4, 3, 16, 16, device=device, requires_grad=True),))
+    assert ours[1].last is not None and ours[0].weight.grad.norm() > 0
