@@ -64,6 +64,7 @@ class CudaPoint(Method):
     exact: bool
     status: str = "ok"
     made_by: str = ""  # the command, torch and commit the point was measured with
+    predicted: int | None = None  # our executor's plans: the simulated peak (workspaces counted), params included
 
 
 def load(name: str, folder: Path = FIGURES) -> list[CudaPoint] | None:
@@ -190,12 +191,14 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
     points = []
     for method, knob, family, make, context in _runners(model, inputs, grid):
         torch._dynamo.reset()
-        peak, seconds, status = None, None, "ok"
+        peak, seconds, status, predicted = None, None, "ok", None
         try:
             with context:
                 own, runner = make()
                 m = recompute.measure(own, inputs, runner=runner, backend=backend, iterations=iterations)
             peak, seconds = m.peak_bytes + m.param_bytes, m.seconds
+            if isinstance(runner, recompute.Executor):
+                predicted = runner.plan.peak + m.param_bytes
         except torch.OutOfMemoryError:
             status = "oom"  # recorded; the next method runs
         except (ValueError, NotImplementedError) as e:  # a method that refuses this model (baselines.Unsupported)
@@ -207,8 +210,10 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
             if backend == "cuda":
                 torch.cuda.empty_cache()
         compiled = method == "min_cut" or (family == "ours" and not method.startswith(("vanilla", "executor")))
-        points.append(CudaPoint(name, batch, size, method, knob, family, peak, seconds, device, not compiled, status))
+        points.append(CudaPoint(name, batch, size, method, knob, family, peak, seconds, device, not compiled, status,
+                                predicted=predicted))
         shown = status if peak is None else f"{peak / GIB:.3f} GiB, {seconds:.3f} s"
+        shown += "" if predicted is None else f" (simulated {predicted / GIB:.3f} GiB)"
         print(f"{name} {method} {knob}: {shown}", flush=True)
     return points
 
@@ -216,10 +221,11 @@ def run_net(name: str, iterations: int = 5, batch: int | None = None, size: int 
 def net_table(points: list[CudaPoint]) -> str:
     eager = next(p for p in points if p.method == "vanilla")
     rows = [[p.family, f"{p.method} {p.knob}".strip(), p.status if p.peak is None else f"{p.peak / GIB:.2f}",
+             "" if p.predicted is None else f"{p.predicted / GIB:.2f}",
              "—" if p.seconds is None else f"{p.seconds:.3f}",
              "—" if p.seconds is None or eager.seconds is None else f"{p.seconds / eager.seconds:.3f}×"]
             for p in sorted(points, key=lambda p: (p.peak is None, p.peak or 0))]
-    return markdown_table(["family", "method", "peak GiB", "step s", "time × eager"], rows)
+    return markdown_table(["family", "method", "peak GiB", "simulated GiB", "step s", "time × eager"], rows)
 
 
 def _weight(text: str) -> float | None:

@@ -187,14 +187,18 @@ CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": t
 def fill(table: dict[OpKey, Any], calls: Iterable[OpCall], measure: Callable[[OpCall], Any], what: str) -> None:
     """``table[key] = measure(call)`` for every key of ``calls`` not in ``table`` yet (each key once);
     an op torch cannot run on made-up values is named, with its key (``what``: the measuring, e.g.
-    ``"timing"``)."""
-    for call in calls:
-        key = call.key
-        if key not in table:
-            try:
-                table[key] = measure(call)
-            except Exception as e:
-                raise RuntimeError(f"{what} {key.op} with arguments {key.args} failed: {e}") from e
+    ``"timing"``). Measuring draws random inputs and runs random ops (dropout): on a fork of the
+    generators, so that a step traced inside the caller's training step draws the masks plain training
+    would."""
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda):
+        for call in calls:
+            key = call.key
+            if key not in table:
+                try:
+                    table[key] = measure(call)
+                except Exception as e:
+                    raise RuntimeError(f"{what} {key.op} with arguments {key.args} failed: {e}") from e
 
 
 class TimeModel:

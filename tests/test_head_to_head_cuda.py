@@ -59,6 +59,7 @@ def test_the_eager_methods_and_our_executors_plans_run_on_the_cpu_as_on_the_gpu(
     ours = {p.method: p for p in points if p.method.startswith("executor")}
     assert {"executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= set(ours)
     assert all(p.exact and p.family == "ours" and p.peak > 0 and p.seconds > 0 for p in ours.values())
+    assert all(p.predicted == p.peak for p in ours.values())  # the simulator is the CPU step's allocator
     vanilla = next(p for p in points if p.method == "vanilla")
     assert ours["executor approxdp_mc"].peak < vanilla.peak
     assert {p.method for p in points if p.family == "pytorch"} == {m for m, _ in h.EAGER_BASELINES}

@@ -112,9 +112,11 @@ def test_freezing_a_layer_retraces():
     assert len(wrapped._executors) == 2
 
 
-def test_first_step_at_a_new_shape_draws_plain_trainings_masks():
+@pytest.mark.parametrize("cost_model", ["paper", "measured"])
+def test_first_step_at_a_new_shape_draws_plain_trainings_masks(cost_model):
+    # measured: timing the ops (inside this step) draws random inputs and runs the dropout
     plain = _net()
-    wrapped = recompute.optimize(copy.deepcopy(plain), (torch.randn(2, 8),))
+    wrapped = recompute.optimize(copy.deepcopy(plain), (torch.randn(2, 8),), cost_model=cost_model)
     _same_step(plain, wrapped, (torch.randn(6, 8),))  # traced inside this step, at batch 6
 
 
