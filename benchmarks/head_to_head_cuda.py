@@ -17,8 +17,9 @@ the paper's batch and input size under :func:`recompute.measure` (``backend="cud
   the time-centric DP at its smallest feasible peak and at the head-to-head's budgets, each without and
   with cheap rematerialization (:data:`benchmarks.head_to_head.REMAT_WEIGHTS`);
 * ours eager (``executor ...``): the step traced once on the GPU (cuDNN's workspaces counted, ops timed
-  there), the time- and memory-centric DPs' smallest plans and Chen's √n segments, each also with cheap
-  values recomputed late where that lowers its peak, run by our executor (bitwise plain training's).
+  there), vanilla (what running the step op by op costs), the time- and memory-centric DPs' smallest
+  plans and Chen's √n segments, each also with cheap values recomputed late where that lowers its peak,
+  run by our executor.
 
 ``--eager`` leaves out every compiled point (a network's inductor compiles take minutes).
 
@@ -132,7 +133,9 @@ def _executor(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str,
     planning fails, one point says so and the run goes on."""
     try:
         graph = recompute.trace(model, inputs, loss_fn=default_loss, cost_model=PLANNING["cost_model"])
-        plans = [("approxdp_tc", "budget min", recompute.plan(graph, "approxdp", strategy="tc")),
+        # vanilla run by the executor: what interpreting the step costs beside plain eager training
+        plans = [("vanilla", "", recompute.plan(graph, "vanilla")),
+                 ("approxdp_tc", "budget min", recompute.plan(graph, "approxdp", strategy="tc")),
                  ("approxdp_mc", "budget min", recompute.plan(graph, "approxdp", strategy="mc")),
                  ("chen", "√n segments", recompute.plan(graph, "chen"))]
         plans += [(f"{method}+late", knob, late) for method, knob, p in plans

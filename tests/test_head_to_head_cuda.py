@@ -57,7 +57,7 @@ def test_the_eager_methods_and_our_executors_plans_run_on_the_cpu_as_on_the_gpu(
     assert [p.status for p in points if p.status != "ok"] == [] and all(p.device == "cpu" for p in points)
     assert not any(p.method == "min_cut" or "+remat" in p.method for p in points)
     ours = {p.method: p for p in points if p.method.startswith("executor")}
-    assert {"executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= set(ours)
+    assert {"executor vanilla", "executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= set(ours)
     assert all(p.exact and p.family == "ours" and p.peak > 0 and p.seconds > 0 for p in ours.values())
     assert all(p.predicted == p.peak for p in ours.values())  # the simulator is the CPU step's allocator
     vanilla = next(p for p in points if p.method == "vanilla")

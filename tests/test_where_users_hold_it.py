@@ -34,15 +34,19 @@ class Outer(nn.Module):
         return self.head(h)
 
 
-def _same_step(plain: nn.Module, ours: nn.Module, inputs: tuple, seed: int = 3) -> None:
+def _same_step(plain: nn.Module, ours: nn.Module, inputs: tuple, seed: int = 3, bitwise: bool = True) -> None:
     """One step of each from the same generator state: loss, every gradient (inputs' too) and every
-    buffer bitwise equal (the same ops run on the same values)."""
+    buffer bitwise equal (the same ops run on the same values); with ``bitwise`` false, the loss and the
+    generator's state bitwise (the same dropout masks) and the rest within float32's tolerance."""
     ref = {k: v.clone() for k, v in train_step(plain, plain, inputs, seed).items()}
     # the wrapper holds the model as ``model``: name entries as in the plain model
     got = {re.sub(r"(?<=[:.])model\.", "", k): v for k, v in train_step(ours, ours, inputs, seed).items()}
     assert ref.keys() == got.keys(), set(ref) ^ set(got)
     for key in ref:
-        assert torch.equal(ref[key], got[key]), key
+        if bitwise or key in ("loss", "rng"):
+            assert torch.equal(ref[key], got[key]), key
+        else:
+            torch.testing.assert_close(got[key], ref[key], msg=key)
 
 
 def test_layers_before_an_optimized_module_get_their_gradients():
@@ -217,7 +221,10 @@ ON_CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not t
 @pytest.mark.parametrize("device", ["cpu", ON_CUDA])
 def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, late, monkeypatch):
     """All of the above at once, on a convolutional backbone with dropout (torchvision's dense block), on
-    the CPU and on a GPU (cuDNN asked for its deterministic kernels, as plain training would be)."""
+    the CPU and on a GPU (cuDNN asked for its deterministic kernels, as plain training would be). On the
+    GPU eager BatchNorm runs cuDNN's kernels and the traced step PyTorch's own
+    (``_native_batch_norm_legit_functional``), which round otherwise: the loss and the dropout masks are
+    bitwise plain training's there, the gradients and statistics within float32's tolerance."""
     from torchvision.models.densenet import _DenseBlock
 
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
@@ -229,5 +236,5 @@ def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_
     ours = copy.deepcopy(plain).eval()
     ours[1] = recompute.optimize(ours[1], (torch.randn(2, 8, 16, 16, device=device),), method="chen", recompute_late=late)
     ours.train()
-    _same_step(plain, ours, (torch.randn(4, 3, 16, 16, device=device, requires_grad=True),))
+    _same_step(plain, ours, (torch.randn(4, 3, 16, 16, device=device, requires_grad=True),), bitwise=device == "cpu")
     assert ours[1].last is not None and ours[0].weight.grad.norm() > 0
