@@ -67,7 +67,7 @@ from .schedule import Instance, Schedule
 from .simulate import simulate, simulate_partition
 from .storage import is_alias
 from .trace import Program, graph_of
-from .validate import check_budget, check_cost_model
+from .validate import check_budget, check_cost_model, check_flag
 
 _KEYED_CSE = "extra_node_key" in inspect.signature(fx_graph_cse).parameters  # torch 2.11 lacks it
 
@@ -441,8 +441,7 @@ def backend(
     check_cost_model(cost_model, cost_options)
     if remat is not None and not (isinstance(remat, (int, float)) and not isinstance(remat, bool) and remat >= 0):
         raise ValueError(f"remat must be None (off) or a weight ≥ 0 (0: recompute wherever it keeps fewer bytes), got {remat!r}")
-    if not isinstance(split_convolutions, bool):
-        raise ValueError(f"split_convolutions must be True or False, got {split_convolutions!r}")
+    check_flag("split_convolutions", split_convolutions)
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)

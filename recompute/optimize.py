@@ -12,7 +12,7 @@ from .execute import Executor
 from .graph import Graph
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .trace import trace
-from .validate import check_budget, check_cost_model, check_inputs, check_model
+from .validate import check_budget, check_cost_model, check_flag, check_inputs, check_model
 
 __all__ = ["optimize", "RecomputeModule"]
 
@@ -124,8 +124,7 @@ def optimize(
     check_inputs(example_inputs, allow_none=True)
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
-    if not isinstance(recompute_late, bool):
-        raise TypeError(f"recompute_late must be True or False, got {recompute_late!r}")
+    check_flag("recompute_late", recompute_late)
     if method in baselines.names():
         if recompute_late:
             raise ValueError(f"recompute_late rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")

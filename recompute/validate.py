@@ -20,8 +20,8 @@ import torch
 from . import costs
 from .graph import Graph
 
-__all__ = ["check_model", "check_inputs", "check_budget", "check_graph", "check_cost_model", "check_options",
-           "keyword_options", "describe"]
+__all__ = ["check_model", "check_inputs", "check_budget", "check_flag", "check_graph", "check_cost_model",
+           "check_options", "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
 
@@ -73,6 +73,13 @@ def check_budget(budget: Any) -> None:
         raise TypeError(f"budget must be a number of bytes (an int) or None, got {describe(budget)}{hint}")
     if not math.isfinite(budget) or budget <= 0:
         raise ValueError(f"budget must be a positive number of bytes or None, got {budget!r}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """An on/off option (``recompute_late``, ``split_convolutions``) is a bool: a string such as
+    ``"no"`` would read as on."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
 def check_graph(graph: Any) -> None:

@@ -105,7 +105,7 @@ def test_saves_fewer_activations_than_default_partition():
     ({"method": "approxdp", "runtime": "tvm"}, ValueError, "unknown runtime 'tvm'"),
     ({"method": "approxdp", "budget": -1}, ValueError, "budget must be a positive"),
     ({"method": "approxdp", "cost_model": "guess"}, ValueError, "unknown cost_model 'guess'"),
-    ({"method": "approxdp", "split_convolutions": "yes"}, ValueError, "split_convolutions must be True or False"),
+    ({"method": "approxdp", "split_convolutions": "yes"}, TypeError, "split_convolutions must be True or False"),
 ])
 def test_bad_options_fail_before_compiling(kwargs, error, match):
     with pytest.raises(error, match=match):
