@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence, Set
 
 import networkx as nx
 import torch
-import torch._inductor.inductor_prims  # noqa: F401  (registers the max-pool prim _CHEAP names)
 import torch.fx as fx
 
 from .fxnodes import runs_once
@@ -56,9 +55,10 @@ __all__ = ["cheap", "cheapest_kept", "recompute_late", "late_where_needed", "rem
 
 # ops a partitioner may run again in the backward at the cost of one pass over their operands; the
 # last turns inductor's int8 max-pool offsets into the int64 indices max-pool's backward reads, and
-# ``_unsafe_index`` is the gather an upsampling decomposes into (U-Net's decoder)
-_CHEAP = {torch.ops.aten.cat, torch.ops.aten.clone, torch.ops.aten._to_copy, torch.ops.aten.constant_pad_nd,
-          torch.ops.prims._low_memory_max_pool_offsets_to_indices, torch.ops.aten._unsafe_index}
+# ``_unsafe_index`` is the gather an upsampling decomposes into (U-Net's decoder). By name: inductor
+# registers its prim only when imported, which takes seconds (recompute is imported by every process)
+_CHEAP = {"aten::cat", "aten::clone", "aten::_to_copy", "aten::constant_pad_nd",
+          "prims::_low_memory_max_pool_offsets_to_indices", "aten::_unsafe_index"}
 
 
 def cheap(node: fx.Node) -> bool:
@@ -70,7 +70,7 @@ def cheap(node: fx.Node) -> bool:
         return False
     if runs_once(node) or not isinstance(node.meta.get("val"), torch.Tensor):
         return False
-    return t.is_view or torch.Tag.pointwise in t.tags or t.overloadpacket in _CHEAP
+    return t.is_view or torch.Tag.pointwise in t.tags or t.name().partition(".")[0] in _CHEAP
 
 
 def rematerialize(p: "Program", s: Schedule, weight: float = 0.0) -> Schedule:
