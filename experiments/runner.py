@@ -97,7 +97,8 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
-    return recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
+    plan = recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
+    return plan.with_late_recompute(graph) if exp.method.recompute_late else plan
 
 
 def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:
@@ -222,7 +223,7 @@ def new_record(exp: AppConfig) -> RunRecord:
     """The record of ``exp`` before it runs: what runs, where, and with which code."""
     mem, tb = memory_backend(exp.device), time_backend(exp)
     return RunRecord(
-        key=experiment_key(exp), net=exp.net.name.value, method=exp.method.name,
+        key=experiment_key(exp), net=exp.net.name.value, method=exp.method.name + ("+late" if exp.method.recompute_late else ""),
         planner=exp.method.planner, strategy=exp.method.strategy.value if exp.method.strategy else None,
         batch_size=exp.batch_size, input_size=exp.input_size, device=exp.device.value,
         memory_backend=mem, time_backend=tb,

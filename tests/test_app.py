@@ -264,6 +264,25 @@ def test_a_schedule_planner_runs_through_the_app(tmp_path):
     assert rec.slots >= 3 and rec.recomputations > 0 and "slots / recomputations" in runner.summary(rec)
 
 
+def test_late_recomputation_is_a_method_option_of_its_own_experiment(tmp_path, monkeypatch):
+    """``method.recompute_late=true`` plans with :meth:`recompute.Plan.with_late_recompute`; the record
+    names the method ``<name>+late`` under a key of its own, and off, the key is the one records had
+    before the option (``test_keys_of_stored_records_are_stable``). PyTorch's methods refuse it."""
+    asked = []
+    real = recompute.Plan.with_late_recompute
+    monkeypatch.setattr(recompute.Plan, "with_late_recompute", lambda p, g: asked.append(p.method) or real(p, g))
+    late = _experiment(tmp_path, "net=resblock", "method=approxdp_mc", "method.recompute_late=true")
+    plain = _experiment(tmp_path, "net=resblock", "method=approxdp_mc")
+    assert config.experiment_key(late) != config.experiment_key(plain)
+    assert "recompute_late" not in config.experiment_dict(plain)["method"]
+    rec = runner.measure_experiment(late)
+    assert rec.status == Status.ok, rec.error
+    assert rec.method == "approxdp_mc+late" and rec.config["method"]["recompute_late"] and asked == ["approxdp"]
+    assert rec.measured_peak_bytes == rec.predicted_total_bytes
+    with pytest.raises(config.ConfigError, match=r"method.recompute_late \(torch_sac\).*allowed: false"):
+        _experiment(tmp_path, "net=resblock", "method=torch_sac", "method.recompute_late=true")
+
+
 @pytest.mark.parametrize("method", ["torch_checkpoint_sequential", "torch_checkpoint_blocks", "torch_sac",
                                     "torch_compile_budget"])
 def test_a_pytorch_baseline_runs_through_the_app(tmp_path, method):
