@@ -363,17 +363,15 @@ def test_multirun_records_and_wandb_runs_then_rerun_skips(tmp_path):
     assert len(_wandb_runs(tmp_path)) == 4
 
 
-def test_simulated_oom_is_recorded_and_the_sweep_finishes(tmp_path):
-    # a 1 KiB device: chain's vanilla step exceeds it, so both configs are OOM outcomes
-    _multirun(tmp_path, "net=chain", "method=vanilla,chen", "device_memory_gb=1e-6", "logger=none")
+def test_simulated_oom_is_recorded_and_the_sweep_finishes_under_the_joblib_launcher(tmp_path):
+    # a 1 KiB device: chain's and dropout's steps exceed it, so every config is an OOM outcome; the jobs
+    # run in the local preset's joblib workers, two at a time
+    _multirun(tmp_path, "hydra/launcher=local", "net=chain,dropout", "method=vanilla,chen", "device_memory_gb=1e-6",
+              "logger=none")
     recs = _records(tmp_path)
-    assert len(recs) == 2 and {r["status"] for r in recs} == {"oom"}
-    assert all("device_memory_gb" in r["error"] for r in recs)
-
-
-def test_joblib_launcher(tmp_path):
-    _multirun(tmp_path, "hydra/launcher=local", "net=chain,dropout", "method=chen", "logger=none")
-    assert sorted(r["net"] for r in _records(tmp_path)) == ["chain", "dropout"]
+    ran = sorted((r["net"], r["method"]) for r in recs)
+    assert ran == [(n, m) for n in ("chain", "dropout") for m in ("chen", "vanilla")]
+    assert {r["status"] for r in recs} == {"oom"} and all("device_memory_gb" in r["error"] for r in recs)
 
 
 def test_submitit_local_launcher(tmp_path):
