@@ -223,7 +223,8 @@ def new_record(exp: AppConfig) -> RunRecord:
     """The record of ``exp`` before it runs: what runs, where, and with which code."""
     mem, tb = memory_backend(exp.device), time_backend(exp)
     return RunRecord(
-        key=experiment_key(exp), net=exp.net.name.value, method=exp.method.name + ("+late" if exp.method.recompute_late else ""),
+        key=experiment_key(exp), net=exp.net.name.value,
+        method=exp.method.name + ("+late" if exp.method.recompute_late else ""),
         planner=exp.method.planner, strategy=exp.method.strategy.value if exp.method.strategy else None,
         batch_size=exp.batch_size, input_size=exp.input_size, device=exp.device.value,
         memory_backend=mem, time_backend=tb,

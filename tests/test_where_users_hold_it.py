@@ -214,12 +214,14 @@ def test_autocast_retraces_and_trains_as_plain_autocast():
         assert torch.equal(p.grad, q.grad)
 
 
-ON_CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+ON_CUDA = pytest.param("cuda", marks=[pytest.mark.cuda,
+                                      pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["", "late"])
 @pytest.mark.parametrize("device", ["cpu", ON_CUDA])
-def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, late, monkeypatch):
+def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, late,
+                                                                                              monkeypatch):
     """All of the above at once, on a convolutional backbone with dropout (torchvision's dense block), on
     the CPU and on a GPU (cuDNN asked for its deterministic kernels, as plain training would be). On the
     GPU eager BatchNorm runs cuDNN's kernels and the traced step PyTorch's own
