@@ -157,6 +157,9 @@ def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
         raise Unsupported(f"torch_checkpoint_sequential needs a model torch.fx can trace to cut it into "
                          f"sequential stages; {type(model).__name__}: {type(e).__name__}: {e}") from e
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
+    for n in nodes:  # functional in-place calls (torchvision's GoogLeNet: F.relu(x, inplace=True)), as modules'
+        if n.op == "call_function" and n.kwargs.get("inplace") is True:
+            n.kwargs = {**n.kwargs, "inplace": False}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     output = next(n for n in gm.graph.nodes if n.op == "output")
     result = output.args[0]
@@ -194,7 +197,7 @@ def _run_nodes(gm: fx.GraphModule, ins: list[fx.Node], nodes: list[fx.Node], out
 @baseline("torch_checkpoint_sequential")
 def torch_checkpoint_sequential(model: nn.Module, *, segments: int = 0) -> Forward:
     """``checkpoint_sequential`` over the model's sequential stages in ``segments`` segments
-    (0: ⌈√n⌉ for n stages, Chen et al.'s choice); in-place modules are turned out of place."""
+    (0: ⌈√n⌉ for n stages, Chen et al.'s choice); in-place modules and calls are turned out of place."""
     if segments < 0:
         raise ValueError(f"torch_checkpoint_sequential: segments={segments}; must be 0 (⌈√n⌉) or positive")
     stages = _stages(model)

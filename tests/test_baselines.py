@@ -89,6 +89,26 @@ def test_sequential_and_sac_are_exact_without_batchnorm():
         assert compare(model, recompute.optimize(model, method=method), xs).bitwise, method
 
 
+class _FunctionalInPlace(torch.nn.Module):
+    """torchvision's GoogLeNet's pattern: a functional ReLU that writes into its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.c = torch.nn.Linear(4, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.relu(self.a(x), inplace=True)
+        return self.c(torch.nn.functional.relu(self.b(x), inplace=True))
+
+
+def test_sequential_cuts_before_a_functional_in_place_op_train_as_plain():
+    # a segment per stage: each ReLU starts a segment whose checkpoint keeps its input; written in
+    # place, autograd raised (GoogLeNet at 8 segments, on the CPU and on an H200)
+    model, x = _FunctionalInPlace(), (torch.randn(3, 4),)
+    assert compare(model, recompute.optimize(model, method="torch_checkpoint_sequential", segments=5), x).bitwise
+
+
 def test_blocks_of_the_zoo():
     def found(name: str, **kw) -> list[type]:
         model, _ = nets.build(name, batch_size=1, input_size=32, **kw)
