@@ -351,12 +351,22 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     return points + eager_pts + executor
 
 
+def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]]) -> list[tuple[str, str, Plan]]:
+    """(method, knob, plan) for ``plans``, each also with cheap values recomputed again before late
+    reads where that lowers its peak (``+late``, :meth:`~recompute.Plan.with_late_recompute`), and each
+    of those run with eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`):
+    the executor's points, here and in ``benchmarks.head_to_head_cuda``."""
+    plans = plans + [(f"{method}+late", knob, late) for method, knob, p in plans
+                     if (late := p.with_late_recompute(graph)) is not p]
+    return plans + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans]
+
+
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
                     eager_seconds: float | None) -> list[Point]:
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
     our executor, bitwise plain training's): the time-centric DP from its smallest feasible peak towards
-    vanilla's, the memory-centric DP and Chen's √n segments, each also with cheap values recomputed late
-    (:meth:`~recompute.Plan.with_late_recompute`, ``+late``) where that lowers its peak. Peak: the
+    vanilla's, the memory-centric DP and Chen's √n segments, each also recomputing late and running in
+    place (:func:`rewritten`). Peak: the
     plan's simulated peak (= the ``fake`` backend's, ``tests/test_simulate.py``) plus parameters and
     buffers; time: the schedule's ATen calls against plain eager training's (``eager_seconds``), the step
     traced at the probe batches too where an op key has no probe yet (a trace of DenseNet-161 takes
@@ -391,10 +401,8 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
                           recompute.plan(g, "approxdp", strategy="tc", budget=budget, **dp)))
     plans.append(("approxdp_mc", "budget min", recompute.plan(g, "approxdp", strategy="mc", **dp)))
     plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
-    # each also with cheap values recomputed again before late reads, where that lowers its peak
-    plans += [(f"{method}+late", knob, late) for method, knob, p in plans if (late := p.with_late_recompute(g)) is not p]
     points = []
-    for method, knob, p in plans:
+    for method, knob, p in rewritten(g, plans):
         seconds = ex.seconds(probed(p))
         ratio = seconds / eager_seconds if eager_seconds else float("nan")
         points.append(Point(name, batch, size, f"executor {method}", knob, "ours", p.peak + params, seconds, ratio, None))

@@ -48,7 +48,7 @@ from recompute.measure import default_loss
 from recompute.partitions import SOLVERS
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
-from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method
+from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method, rewritten
 
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
@@ -138,8 +138,7 @@ def _executor(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str,
                  ("approxdp_tc", "budget min", recompute.plan(graph, "approxdp", strategy="tc")),
                  ("approxdp_mc", "budget min", recompute.plan(graph, "approxdp", strategy="mc")),
                  ("chen", "√n segments", recompute.plan(graph, "chen"))]
-        plans += [(f"{method}+late", knob, late) for method, knob, p in plans
-                  if (late := p.with_late_recompute(graph)) is not p]
+        plans = rewritten(graph, plans)
     except Exception as e:  # recorded by run_net as the point's failure
         def failed(error: Exception = e) -> tuple[torch.nn.Module, Any]:
             raise error

@@ -105,6 +105,16 @@ class MethodConfig:
     # also compute cheap values the backward reads early and much later once more before the later
     # read, where that lowers the peak (recompute.Plan.with_late_recompute); ours only, not the baselines'
     recompute_late: bool = False
+    # run each pointwise op whose input dies there in that input's storage (recompute.Plan.with_in_place)
+    in_place: bool = False
+
+    def rewrites(self) -> list[str]:
+        """The schedule rewrites asked for (``recompute_late``, ``in_place``), in the order they apply."""
+        return [flag for flag in SCHEDULE_REWRITES if getattr(self, flag)]
+
+
+# the options that rewrite a plan's schedule, in the order they apply, and their records' method suffixes
+SCHEDULE_REWRITES = {"recompute_late": "+late", "in_place": "+in-place"}
 
 
 @dataclass
@@ -271,9 +281,9 @@ def _method_problems(exp: AppConfig) -> list[str]:
     or cannot serve the app (``method.planner``), a strategy it does not take (``method.strategy``),
     an option it does not take or of the wrong type (``+method.options.<name>=...``)."""
     name, strategy = exp.method.planner, exp.method.strategy.value if exp.method.strategy is not None else None
-    if name in baselines.names() and exp.method.recompute_late:
-        return [f"method.recompute_late ({exp.method.name}): it rewrites a plan's schedule, and {name!r} is "
-                "PyTorch's own method, which runs none; allowed: false"]
+    if name in baselines.names() and exp.method.rewrites():
+        return [f"method.{flag} ({exp.method.name}): it rewrites a plan's schedule, and {name!r} is "
+                "PyTorch's own method, which runs none; allowed: false" for flag in exp.method.rewrites()]
     if name in baselines.names():
         entry = baselines.spec(name)
         checks = {"method.strategy": lambda: entry.check(strategy=strategy),
@@ -327,8 +337,9 @@ def experiment_dict(exp: AppConfig) -> dict[str, Any]:
     d["net"] = d["net"]["name"]  # its default sizes are already resolved into batch_size/input_size
     if not uses_memory_model(exp):
         d.pop("memory_model")  # vanilla and Chen plan the same under either model: one record, not two
-    if not exp.method.recompute_late:
-        d["method"].pop("recompute_late")  # off: the key of the records made before the option existed
+    for flag in SCHEDULE_REWRITES:
+        if not getattr(exp.method, flag):
+            d["method"].pop(flag)  # off: the key of the records made before the option existed
     d["device"] = memory_backend(exp.device)
     d["timing"]["backend"] = time_backend(exp)
     return d

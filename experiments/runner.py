@@ -38,8 +38,8 @@ from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.exhaustive import GraphTooLarge
 
 from . import results
-from .config import (GIB, AppConfig, experiment_dict, experiment_key, is_baseline, memory_backend, plan_options,
-                     time_backend, uses_memory_model)
+from .config import (GIB, SCHEDULE_REWRITES, AppConfig, experiment_dict, experiment_key, is_baseline, memory_backend,
+                     plan_options, time_backend, uses_memory_model)
 from .record import RecordError, RunRecord, Status
 from .tracking import wandb_run
 
@@ -98,7 +98,9 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
     plan = recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
-    return plan.with_late_recompute(graph) if exp.method.recompute_late else plan
+    if exp.method.recompute_late:
+        plan = plan.with_late_recompute(graph)
+    return plan.with_in_place(graph) if exp.method.in_place else plan
 
 
 def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:
@@ -224,7 +226,7 @@ def new_record(exp: AppConfig) -> RunRecord:
     mem, tb = memory_backend(exp.device), time_backend(exp)
     return RunRecord(
         key=experiment_key(exp), net=exp.net.name.value,
-        method=exp.method.name + ("+late" if exp.method.recompute_late else ""),
+        method=exp.method.name + "".join(SCHEDULE_REWRITES[flag] for flag in exp.method.rewrites()),
         planner=exp.method.planner, strategy=exp.method.strategy.value if exp.method.strategy else None,
         batch_size=exp.batch_size, input_size=exp.input_size, device=exp.device.value,
         memory_backend=mem, time_backend=tb,

@@ -29,6 +29,7 @@ from torch.utils._pytree import tree_unflatten
 
 from .fxnodes import is_random
 from .graph import Graph
+from .inplace import out_overload
 from .plan import Plan
 from .schedule import Instance, Schedule
 from .trace import Program
@@ -82,7 +83,7 @@ class _Graphs:
             node = joint.node(name)
             if name in recomputed_random:
                 rng_out[name] = fwd.call_function(_rng_state, (device,))
-            fenv[(name, copy)] = self._copy(fwd, node, s.reads[i], fenv)
+            fenv[(name, copy)] = self._copy(fwd, node, s.reads[i], fenv, s.into.get(i))
         # values produced before the backward phase and read in it cross over
         crossing: list[Instance] = []
         seen: set[Instance] = set()
@@ -128,7 +129,7 @@ class _Graphs:
                 benv[(name, copy)] = self._copy(bwd, node, s.reads[i], benv)
                 bwd.call_function(_set_rng_state, (old, device))
             else:
-                benv[(name, copy)] = self._copy(bwd, node, s.reads[i], benv)
+                benv[(name, copy)] = self._copy(bwd, node, s.reads[i], benv, s.into.get(i))
             if i in s.release:
                 kept = [benv[r] for r in s.release[i] if r in benv]
                 if kept:
@@ -142,11 +143,17 @@ class _Graphs:
         self.n_crossing = len(crossing)
 
     @staticmethod
-    def _copy(graph: fx.Graph, node: fx.Node, reads: tuple[Instance, ...], env: dict[Instance, fx.Node]) -> fx.Node:
-        """``node`` in ``graph`` with its inputs replaced by the instances the schedule reads."""
+    def _copy(graph: fx.Graph, node: fx.Node, reads: tuple[Instance, ...], env: dict[Instance, fx.Node],
+              into: Instance | None = None) -> fx.Node:
+        """``node`` in ``graph`` with its inputs replaced by the instances the schedule reads; where it
+        runs in place (``Schedule.into``), its ``out=`` overload writing into that instance."""
         by_name = {r[0]: env[r] for r in reads}
         new = graph.node_copy(node, lambda a: by_name[a.name])
         new.meta = dict(node.meta)
+        if into is not None:
+            op, out = out_overload(node.target)
+            new.target = op
+            new.kwargs = {**new.kwargs, out: env[into]}
         return new
 
 

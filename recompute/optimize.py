@@ -32,10 +32,11 @@ class RecomputeModule(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
                  cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
-                 recompute_late: bool = False):
+                 recompute_late: bool = False, in_place: bool = False):
         super().__init__()
         self.model = model
         self.method, self.strategy, self.budget, self.recompute_late = method, strategy, budget, recompute_late
+        self.in_place = in_place
         self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
@@ -69,6 +70,8 @@ class RecomputeModule(torch.nn.Module):
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
             if self.recompute_late:
                 p = p.with_late_recompute(g)
+            if self.in_place:
+                p = p.with_in_place(g)
             self._executors[key] = Executor(g, p, self.model)
         self.last = self._executors[key]
         return self.last
@@ -96,6 +99,7 @@ def optimize(
     cost_model: str = "paper",
     cost_options: dict[str, Any] | None = None,
     recompute_late: bool = False,
+    in_place: bool = False,
     **plan_options: Any,
 ) -> RecomputeModule | BaselineModule:
     """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP, at
@@ -109,6 +113,9 @@ def optimize(
     prices T_v (:mod:`recompute.costs`), with ``cost_options`` (e.g. ``measured``'s ``repeats``).
     ``recompute_late`` also computes cheap values the backward reads early and much later once more
     before the later read, where that lowers the step's peak (:meth:`Plan.with_late_recompute`).
+    ``in_place`` frees each value at its last use and runs each pointwise op whose input dies there in
+    that input's storage, as eager PyTorch does: a lower peak, bitwise the same step
+    (:meth:`Plan.with_in_place`).
 
     A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
@@ -125,9 +132,11 @@ def optimize(
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
     check_flag("recompute_late", recompute_late)
+    check_flag("in_place", in_place)
     if method in baselines.names():
-        if recompute_late:
-            raise ValueError(f"recompute_late rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")
+        for flag, on in (("recompute_late", recompute_late), ("in_place", in_place)):
+            if on:
+                raise ValueError(f"{flag} rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")
         entry = baselines.spec(method)
         entry.check(strategy=strategy, budget=budget, options=plan_options)
         base = BaselineModule(model, method, entry.fn(model, **plan_options))
@@ -136,7 +145,7 @@ def optimize(
     spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
                               cost_model=cost_model, plan_options=plan_options, cost_options=cost_options,
-                              recompute_late=recompute_late)
+                              recompute_late=recompute_late, in_place=in_place)
     wrapped.train(model.training)
     if example_inputs is not None:
         wrapped.prepare(*((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs))

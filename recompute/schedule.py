@@ -62,6 +62,8 @@ class Schedule:
             purpose beyond their last use).
         block: for each step, the block (1-based, the forward ones too) it belongs to; 0 for the
             prologue.
+        into: step → the instance it reads whose storage its op writes its output into (in place,
+            :mod:`recompute.inplace`); every other step allocates its outputs.
     """
 
     steps: list[Instance]
@@ -69,6 +71,7 @@ class Schedule:
     backward_start: int
     release: dict[int, list[Instance]] = field(default_factory=dict)
     block: list[int] = field(default_factory=list)
+    into: dict[int, Instance] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.steps)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch.fx as fx
@@ -29,7 +29,7 @@ from .storage import StorageTable, joint_table
 if TYPE_CHECKING:
     from .trace import Program
 
-__all__ = ["Simulation", "simulate", "simulate_partition"]
+__all__ = ["Simulation", "Lifetimes", "lifetimes", "simulate", "simulate_partition"]
 
 
 @dataclass
@@ -85,46 +85,80 @@ def _extend(last: dict[tuple[int, int], int], storages: Iterable[tuple[int, int]
         last[st] = max(last.get(st, -1), step)
 
 
-def simulate(p: "Program", s: Schedule) -> Simulation:
-    """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
+@dataclass
+class Lifetimes:
+    """Where each op instance of a schedule lives and until when (:func:`lifetimes`).
+
+    Attributes:
+        table, node: the joint graph's storage table and its nodes by name.
+        creates: for each step, the storage instances (storage, copy) it allocates.
+        last: storage instance → the last step that needs it (a read through any alias, a release,
+            the end of the forward phase for BatchNorm's new statistics, the end of the step for the
+            tangents, the model's outputs and the gradients).
+        tangents: the tangents' storage instances (they arrive when the backward phase starts).
+        copy: op instance → the copy of its storages a read of it keeps alive (an alias: its base's).
+        moved: an in-place output's own storage instance → the one it lives in.
+    """
+
+    table: StorageTable
+    node: Callable[[str], fx.Node]
+    creates: list[list[tuple[int, int]]]
+    last: dict[tuple[int, int], int]
+    tangents: list[tuple[int, int]]
+    copy: dict[Instance, int]
+    moved: dict[tuple[int, int], tuple[int, int]]
+
+    def storages(self, inst: Instance) -> list[tuple[int, int]]:
+        """The storage instances a read of ``inst`` keeps alive (none for a parameter or an input)."""
+        c = self.copy.get(inst)
+        if c is None:
+            return []
+        return [self.moved.get((st, c), (st, c)) for st in self.table.of.get(self.node(inst[0]), ())]
+
+
+def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
+    """The storages of ``s`` on the joint graph of ``p``: an op instance allocates one copy of its
+    storages, an alias keeps its base's copy alive, and a step ``s.into`` writes in place allocates
+    nothing, its output living in the storage of the instance it writes into."""
     joint = p.joint
-    table = joint_table(joint)
-    node = joint.node
-    # the copy of its storages a read of each instance keeps alive: an op instance's own, an alias's base's
-    copy: dict[Instance, int] = {(name, 0): 0 for name in joint.tangents}
-    creates: list[list[tuple[int, int]]] = []
-    for inst, reads in zip(s.steps, s.reads):
+    life = Lifetimes(joint_table(joint), joint.node, [], {}, [], {(name, 0): 0 for name in joint.tangents}, {})
+    table, node, copy = life.table, life.node, life.copy
+    for step, (inst, reads) in enumerate(zip(s.steps, s.reads)):
         x = node(inst[0])
         if x in table.made:
             copy[inst] = inst[1]
-            creates.append([(st, inst[1]) for st in table.made[x]])
-            continue
-        if reads and reads[0] in copy:
-            copy[inst] = copy[reads[0]]
-        creates.append([])
-
-    def storages(inst: Instance) -> list[tuple[int, int]]:
-        c = copy.get(inst)
-        return [] if c is None else [(st, c) for st in table.of.get(node(inst[0]), ())]
-
-    # last use of every storage: reads (through aliases), releases, and the step's outputs
-    n = len(s.steps)
-    last: dict[tuple[int, int], int] = {}
+            own = [(st, inst[1]) for st in table.made[x]]
+            if step in s.into:
+                (target,) = life.storages(s.into[step])
+                life.moved.update((st, target) for st in own)
+                own = []
+            life.creates.append(own)
+        else:
+            if reads and reads[0] in copy:
+                copy[inst] = copy[reads[0]]
+            life.creates.append([])
+    last, n = life.last, len(s.steps)
     for step, reads in enumerate(s.reads):
         for r in reads:
-            _extend(last, storages(r), step)
+            _extend(last, life.storages(r), step)
     for step, insts in s.release.items():
         for r in insts:
-            _extend(last, storages(r), step)
+            _extend(last, life.storages(r), step)
     for name in joint.buffer_writes:
-        _extend(last, storages((name, 0)), s.backward_start - 1)
-    tangents = [st for name in joint.tangents for st in storages((name, 0))]
+        _extend(last, life.storages((name, 0)), s.backward_start - 1)
+    life.tangents = [st for name in joint.tangents for st in life.storages((name, 0))]
     # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
-    _extend(last, tangents, n)
+    _extend(last, life.tangents, n)
     for x in [*joint.user_outputs, *(node(g) for g in joint.gradients)]:
-        _extend(last, storages((x.name, 0)), n)
+        _extend(last, life.storages((x.name, 0)), n)
+    return life
+
+
+def simulate(p: "Program", s: Schedule) -> Simulation:
+    """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
+    life = lifetimes(p, s)
     transient = [p.workspace.get(name, 0) for name, _ in s.steps] if p.workspace else None
-    return _replay(table.size, creates, last, s.backward_start, tangents, transient)
+    return _replay(life.table.size, life.creates, life.last, s.backward_start, life.tangents, transient)
 
 
 def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,

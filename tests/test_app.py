@@ -264,23 +264,29 @@ def test_a_schedule_planner_runs_through_the_app(tmp_path):
     assert rec.slots >= 3 and rec.recomputations > 0 and "slots / recomputations" in runner.summary(rec)
 
 
-def test_late_recomputation_is_a_method_option_of_its_own_experiment(tmp_path, monkeypatch):
-    """``method.recompute_late=true`` plans with :meth:`recompute.Plan.with_late_recompute`; the record
-    names the method ``<name>+late`` under a key of its own, and off, the key is the one records had
-    before the option (``test_keys_of_stored_records_are_stable``). PyTorch's methods refuse it."""
+def test_schedule_rewrites_are_method_options_of_their_own_experiments(tmp_path, monkeypatch):
+    """``method.recompute_late=true`` plans with :meth:`recompute.Plan.with_late_recompute` and
+    ``method.in_place=true`` then runs ops in place (:meth:`recompute.Plan.with_in_place`); the record
+    names the method ``<name>+late+in-place`` under a key of its own, and off, the key is the one records
+    had before the options (``test_keys_of_stored_records_are_stable``). PyTorch's methods refuse them."""
     asked = []
-    real = recompute.Plan.with_late_recompute
-    monkeypatch.setattr(recompute.Plan, "with_late_recompute", lambda p, g: asked.append(p.method) or real(p, g))
-    late = _experiment(tmp_path, "net=resblock", "method=approxdp_mc", "method.recompute_late=true")
+    for rewrite in ("with_late_recompute", "with_in_place"):
+        real = getattr(recompute.Plan, rewrite)
+        monkeypatch.setattr(recompute.Plan, rewrite,
+                            lambda p, g, real=real, rewrite=rewrite: asked.append(rewrite) or real(p, g))
+    both = _experiment(tmp_path, "net=resblock", "method=approxdp_mc", "method.recompute_late=true",
+                       "method.in_place=true")
     plain = _experiment(tmp_path, "net=resblock", "method=approxdp_mc")
-    assert config.experiment_key(late) != config.experiment_key(plain)
-    assert "recompute_late" not in config.experiment_dict(plain)["method"]
-    rec = runner.measure_experiment(late)
+    assert config.experiment_key(both) != config.experiment_key(plain)
+    assert config.experiment_dict(plain)["method"].keys().isdisjoint({"recompute_late", "in_place"})
+    rec = runner.measure_experiment(both)
     assert rec.status == Status.ok, rec.error
-    assert rec.method == "approxdp_mc+late" and rec.config["method"]["recompute_late"] and asked == ["approxdp"]
+    assert rec.method == "approxdp_mc+late+in-place" and rec.config["method"]["in_place"]
+    assert asked == ["with_late_recompute", "with_in_place"]
     assert rec.measured_peak_bytes == rec.predicted_total_bytes
-    with pytest.raises(config.ConfigError, match=r"method.recompute_late \(torch_sac\).*allowed: false"):
-        _experiment(tmp_path, "net=resblock", "method=torch_sac", "method.recompute_late=true")
+    for flag in ("recompute_late", "in_place"):
+        with pytest.raises(config.ConfigError, match=rf"method.{flag} \(torch_sac\).*allowed: false"):
+            _experiment(tmp_path, "net=resblock", "method=torch_sac", f"method.{flag}=true")
 
 
 @pytest.mark.parametrize("method", ["torch_checkpoint_sequential", "torch_checkpoint_blocks", "torch_sac",

@@ -38,6 +38,8 @@ def test_simulated_equals_measured_on_random_models(seed):
         p = random_sequence(graph, rng)
         sim = simulate(graph.program, canonical(graph, p.lower_sets)).peak
         assert sim == measured(model, (x,), graph, p)
+        written = p.with_in_place(graph)  # pointwise ops writing into inputs that die there
+        assert written.peak <= sim and written.peak == measured(model, (x,), graph, written)
 
 
 @pytest.mark.parametrize("name", ["resnet50", "vgg19", "googlenet", "unet"] + [
@@ -50,6 +52,8 @@ def test_simulated_equals_measured_on_the_zoo(name):
         p = recompute.plan(graph, method, strategy=strategy)
         assert p.memory_model == "simulator"
         assert p.peak == measured(model, inputs, graph, p), method
+        written = p.with_in_place(graph)
+        assert written.peak < p.peak and written.peak == measured(model, inputs, graph, written), method
 
 
 def test_a_budget_bounds_the_measured_peak():
@@ -104,9 +108,10 @@ def test_simulated_peak_against_a_cuda_step(name):
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
     mc = recompute.plan(graph, "approxdp", strategy="mc")
-    plans = [recompute.plan(graph, "vanilla"), recompute.plan(graph, "chen"), mc, mc.with_late_recompute(graph)]
+    late = mc.with_late_recompute(graph)
+    plans = [recompute.plan(graph, "vanilla"), recompute.plan(graph, "chen"), mc, late, late.with_in_place(graph)]
     for p in plans:
-        method = f"{p.method}{'' if p.schedule is None else ' late'}"
+        method = p.method + "".join(f" +{k}" for k in ("late recomputations", "in place") if k in p.info)
         got = measure(model, inputs, runner=recompute.execute(graph, p, model), backend="cuda", iterations=1).peak_bytes
         print(f"{name} {method}: simulated {p.peak}, cuda {got} ({got / p.peak:.4f})")
         assert p.peak - 2**20 <= got <= 1.02 * p.peak + 16 * 2**20, method

@@ -218,9 +218,10 @@ ON_CUDA = pytest.param("cuda", marks=[pytest.mark.cuda,
                                       pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
 
 
-@pytest.mark.parametrize("late", [False, True], ids=["", "late"])
+@pytest.mark.parametrize("options", [{}, {"recompute_late": True}, {"recompute_late": True, "in_place": True}],
+                         ids=["", "late", "late, in place"])
 @pytest.mark.parametrize("device", ["cpu", ON_CUDA])
-def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, late,
+def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, options,
                                                                                               monkeypatch):
     """All of the above at once, on a convolutional backbone with dropout (torchvision's dense block), on
     the CPU and on a GPU (cuDNN asked for its deterministic kernels, as plain training would be). On the
@@ -236,7 +237,8 @@ def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 4))
     plain = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), body).to(device)
     ours = copy.deepcopy(plain).eval()
-    ours[1] = recompute.optimize(ours[1], (torch.randn(2, 8, 16, 16, device=device),), method="chen", recompute_late=late)
+    ours[1] = recompute.optimize(ours[1], (torch.randn(2, 8, 16, 16, device=device),), method="chen", **options)
     ours.train()
     _same_step(plain, ours, (torch.randn(4, 3, 16, 16, device=device, requires_grad=True),), bitwise=device == "cpu")
     assert ours[1].last is not None and ours[0].weight.grad.norm() > 0
+    assert (ours[1].plan.info.get("in place", 0) > 0) == options.get("in_place", False)

@@ -1,0 +1,102 @@
+"""A schedule's memory run as eager PyTorch runs it: every value freed at its last use, and a
+pointwise op writing its output into the storage of an input that dies there.
+
+The canonical strategy holds each cached boundary ∂(L_i) until its block's backward is done, even
+where its last reader ran earlier (:mod:`recompute.schedule`): that is what makes block i's memory
+depend on (L_{i-1}, L_i) alone, the structure the DPs exploit, but autograd frees a saved tensor when
+the last backward node that reads it has run. And eager models write in place (torchvision's
+``ReLU(inplace=True)`` into the BatchNorm or convolution output it reads; autograd accumulates
+gradients in place), where a traced joint graph is functional: every op of a
+:class:`~recompute.schedule.Schedule` allocates its output, so a step holds a convolution's output and
+its ReLU's at once where eager training holds one. :func:`in_place` drops the schedule's holds
+(``Schedule.release``) and marks each op that can write into one of its inputs:
+
+* the op is pointwise (``torch.Tag.pointwise``), draws no random numbers, returns one tensor and has
+  an ``out=`` overload (``relu.out``, ``add.out``, ``threshold_backward.grad_input``, …);
+* the input has its last use at this step (over all its aliases, releases and what outlives the
+  step: outputs, gradients, tangents, BatchNorm's statistics), was allocated by the step itself (no
+  parameter, buffer, input, tangent or constant), is the whole of its storage and has the output's
+  shape, dtype and strides, and no other argument of the op reads that storage.
+
+The executor then calls the ``out=`` overload with that input as ``out`` (:mod:`recompute.execute`)
+and the simulator counts no new storage for the step (:func:`recompute.simulate.lifetimes`): the
+same kernel over the same layout, so the values are bitwise the out-of-place op's, and the
+predicted peak stays the measured one.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+import torch.fx as fx
+
+from .fxnodes import is_random
+from .schedule import Instance, Schedule
+from .simulate import lifetimes
+
+if TYPE_CHECKING:
+    from .trace import Program
+
+__all__ = ["in_place", "out_overload"]
+
+
+@functools.cache
+def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str] | None:
+    """The ``out=`` overload of the pointwise functional ``op`` and the name of its out argument
+    (``None`` where ``op`` is no such op or has none)."""
+    schema = op._schema
+    if torch.Tag.pointwise not in op.tags or schema.is_mutable or len(schema.returns) != 1:
+        return None
+    args = [(a.name, str(a.type)) for a in schema.arguments]
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        written = [a.name for a in candidate._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        rest = [(a.name, str(a.type)) for a in candidate._schema.arguments if a.name not in written]
+        if len(written) == 1 and rest == args:
+            return candidate, written[0]
+    return None
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride() and a.storage_offset() == 0
+
+
+def in_place(p: "Program", s: Schedule) -> Schedule:
+    """``s`` with its values freed at their last use and every step that can write its output into
+    an input's storage marked so (``Schedule.into``; see the module docstring); ``s`` itself where it
+    holds nothing and no step can."""
+    if s.release or s.into:
+        s = replace(s, release={}, into={})
+    life = lifetimes(p, s)
+    table, node = life.table, life.node
+    made = {st for steps in life.creates for st in steps}
+    into: dict[int, Instance] = {}
+    # an in-place output lives in its input's storage, whose last use becomes the output's
+    last = dict(life.last)
+    moved: dict[tuple[int, int], tuple[int, int]] = {}
+    for step, (inst, reads) in enumerate(zip(s.steps, s.reads)):
+        x = node(inst[0])
+        if not isinstance(x.target, torch._ops.OpOverload) or is_random(x) or out_overload(x.target) is None:
+            continue
+        out = x.meta.get("val")
+        if not isinstance(out, torch.Tensor):
+            continue
+        read_storages = {r: [moved.get(st, st) for st in life.storages(r)] for r in reads}
+        for r in reads:
+            held = read_storages[r]
+            val = node(r[0]).meta.get("val")
+            if (len(held) != 1 or held[0] not in made or last.get(held[0]) != step
+                    or not isinstance(val, torch.Tensor) or not _same_layout(val, out)
+                    or table.size[held[0][0]] != out.numel() * out.element_size()
+                    or any(held[0] in read_storages[o] for o in reads if o != r)):
+                continue
+            into[step] = r
+            for st in life.storages(inst):
+                moved[st] = held[0]
+                last[held[0]] = max(last[held[0]], life.last.get(st, step))
+            break
+    return replace(s, into=into) if into else s

@@ -1,0 +1,53 @@
+"""Ops run in place (``recompute.inplace``): a pointwise op writes into the storage of an input that
+dies there, as eager PyTorch's in-place ReLUs do; the executor runs it, the simulator prices it."""
+
+from __future__ import annotations
+
+import torch
+
+import recompute
+from recompute.exactness import compare
+from recompute.inplace import out_overload
+from recompute.measure import default_loss, measure
+from recompute.simulate import simulate
+
+from .test_remat import _Bottlenecks
+
+aten = torch.ops.aten
+
+
+def test_pointwise_ops_write_through_their_out_overloads():
+    assert out_overload(aten.relu.default) == (aten.relu.out, "out")
+    assert out_overload(aten.add.Tensor) == (aten.add.out, "out")
+    assert out_overload(aten.threshold_backward.default) == (aten.threshold_backward.grad_input, "grad_input")
+    # no pointwise op, one that draws random numbers, one that already writes, or several outputs
+    for op in (aten.convolution.default, aten.cat.default, aten.native_dropout.default, aten.relu_.default,
+               aten.native_batch_norm.default):
+        assert out_overload(op) is None, op
+
+
+def test_a_dense_block_runs_its_relus_and_gradient_sums_in_place_bitwise_at_the_simulated_peak():
+    """torchvision's dense layers: each ReLU writes into the BatchNorm output it reads (which nothing
+    else reads), each ReLU's backward into the gradient it reads; the step is bitwise plain training's
+    and its measured peak the simulated one, below the out-of-place schedule's. An in-place op never
+    writes into a value read later, a parameter or an input, nor into a tangent its caller holds."""
+    torch.manual_seed(0)
+    model, inputs = _Bottlenecks(), (torch.randn(2, 3, 16, 16),)
+    g = recompute.trace(model, inputs, loss_fn=default_loss)
+    for method in ("vanilla", "chen"):
+        p = recompute.plan(g, method)
+        written = p.with_in_place(g)
+        s = written.runs(g)
+        targets = {s.steps[i][0]: g.program.joint.node(s.steps[i][0]).target for i in s.into}
+        assert aten.relu.default in targets.values() and aten.threshold_backward.default in targets.values()
+        assert written.peak < p.peak and written.peak == simulate(g.program, s).peak
+        runner = recompute.execute(g, written, model)
+        assert measure(model, inputs, runner=runner, backend="fake").peak_bytes == written.peak
+        assert compare(model, runner, inputs).bitwise
+        last_read = {r: i for i, reads in enumerate(s.reads) for r in reads}
+        placeholders = {n.name for n in g.program.joint.gm.graph.nodes if n.op == "placeholder"}
+        for step, target in s.into.items():
+            assert last_read[target] == step and target[0] not in placeholders
+    conv = recompute.trace(torch.nn.Conv2d(3, 4, 3), inputs)  # no pointwise op: nothing in place
+    vanilla = recompute.plan(conv, "vanilla")
+    assert not vanilla.with_in_place(conv).runs(conv).into and vanilla.with_in_place(conv).peak == vanilla.peak
