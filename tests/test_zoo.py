@@ -33,9 +33,14 @@ def own_smallest(method: str, strategy: str, memory_model: str):
     return lambda g: spec(method).solve(g, None, strategy, {"memory_model": memory_model})
 
 
-# ResNet-152 is ResNet-50's bottleneck blocks three times deeper: in the slow set (its trace alone takes
-# half a minute), with the paper-scale checks
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "resnet152" else n
+# In the slow set, with the paper-scale checks, the three whose trace alone takes most of a minute on two
+# cores: ResNet-152 (ResNet-50's bottleneck blocks three times deeper), DenseNet-161 (its dense layers
+# train bitwise in tests/test_remat.py and tests/test_where_users_hold_it.py) and PSPNet (its
+# upsampling: tests/test_remat.py)
+SLOW = ("resnet152", "densenet161", "pspnet")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
                                   for n in nets.names(paper_only=True)])
 def test_zoo_traces_close_to_the_papers_node_count_and_every_method_is_exact(name):
     model, inputs = tiny_build(name)
