@@ -31,7 +31,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
-import torch.fx as fx
 
 from .fxnodes import is_random
 from .schedule import Instance, Schedule

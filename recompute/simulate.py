@@ -4,7 +4,8 @@ It replays the schedule the way :mod:`recompute.execute` runs it and :mod:`recom
 meters it: every op instance allocates its outputs (the storages of :mod:`recompute.storage`: each
 output of a multi-output op its own, views and ``getitem`` their base's), the peak is taken with the
 op's inputs and outputs alive, and then every storage whose last use (over all its views) has passed
-is freed; an op that allocates and frees memory inside itself (a CUDA workspace, ``Program.workspace``,
+is freed (an op run in place, ``Schedule.into``, writes into its input's storage and allocates
+none); an op that allocates and frees memory inside itself (a CUDA workspace, ``Program.workspace``,
 :mod:`recompute.workspace`) adds it at its step. Parameters, buffers and inputs exist before the step
 and are not counted; the tangents arrive when the backward phase starts and are held by the caller
 until it ends; the step's outputs (parameter gradients, the model's outputs) live to the end, and the
