@@ -366,11 +366,10 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
     our executor, bitwise plain training's): the time-centric DP from its smallest feasible peak towards
     vanilla's, the memory-centric DP and Chen's √n segments, each also recomputing late and running in
-    place (:func:`rewritten`). Peak: the
-    plan's simulated peak (= the ``fake`` backend's, ``tests/test_simulate.py``) plus parameters and
-    buffers; time: the schedule's ATen calls against plain eager training's (``eager_seconds``), the step
-    traced at the probe batches too where an op key has no probe yet (a trace of DenseNet-161 takes
-    half a minute)."""
+    place (:func:`rewritten`). Peak: the plan's simulated peak (= the ``fake`` backend's,
+    ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen calls against
+    plain eager training's (``eager_seconds``), the step traced at the probe batches too where an op key
+    has no probe yet (a trace of DenseNet-161 takes half a minute)."""
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
     graphs = {batch: recompute.trace(model, inputs, loss_fn=default_loss)}
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])

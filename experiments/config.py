@@ -105,7 +105,8 @@ class MethodConfig:
     # also compute cheap values the backward reads early and much later once more before the later
     # read, where that lowers the peak (recompute.Plan.with_late_recompute); ours only, not the baselines'
     recompute_late: bool = False
-    # run each pointwise op whose input dies there in that input's storage (recompute.Plan.with_in_place)
+    # free each value at its last use and run each pointwise op whose input dies there in that input's
+    # storage, as eager PyTorch does (recompute.Plan.with_in_place); ours only
     in_place: bool = False
 
     def rewrites(self) -> list[str]:
