@@ -114,7 +114,8 @@ class MethodConfig:
         return [flag for flag in SCHEDULE_REWRITES if getattr(self, flag)]
 
 
-# the options that rewrite a plan's schedule, in the order they apply, and their records' method suffixes
+# the options that rewrite a plan's schedule (recompute.Plan.with_rewrites applies them in this order) and
+# their records' method suffixes
 SCHEDULE_REWRITES = {"recompute_late": "+late", "in_place": "+in-place"}
 
 

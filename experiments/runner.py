@@ -98,9 +98,7 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
     plan = recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
-    if exp.method.recompute_late:
-        plan = plan.with_late_recompute(graph)
-    return plan.with_in_place(graph) if exp.method.in_place else plan
+    return plan.with_rewrites(graph, recompute_late=exp.method.recompute_late, in_place=exp.method.in_place)
 
 
 def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:

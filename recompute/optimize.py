@@ -68,10 +68,7 @@ class RecomputeModule(torch.nn.Module):
         if key not in self._executors:
             g = trace(self.model, inputs, cost_model=self.cost_model, **self.cost_options)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-            if self.recompute_late:
-                p = p.with_late_recompute(g)
-            if self.in_place:
-                p = p.with_in_place(g)
+            p = p.with_rewrites(g, recompute_late=self.recompute_late, in_place=self.in_place)
             self._executors[key] = Executor(g, p, self.model)
         self.last = self._executors[key]
         return self.last

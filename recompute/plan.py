@@ -153,6 +153,13 @@ class Plan:
         return replace(self, schedule=written, peak=simulate(graph.program, written).peak,
                        info={**self.info, "in place": len(written.into)})
 
+    def with_rewrites(self, graph: Graph, *, recompute_late: bool = False, in_place: bool = False) -> "Plan":
+        """This plan with the schedule rewrites asked for, in the one order they compose: cheap values
+        recomputed late (:meth:`with_late_recompute`), then eager memory habits (:meth:`with_in_place`).
+        The options of :func:`recompute.optimize` and the app's ``method.recompute_late``/``method.in_place``."""
+        p = self.with_late_recompute(graph) if recompute_late else self
+        return p.with_in_place(graph) if in_place else p
+
     @property
     def blocks(self) -> list[frozenset[int]]:
         """V_1, …, V_k."""
