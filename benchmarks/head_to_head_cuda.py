@@ -21,7 +21,8 @@ the paper's batch and input size under :func:`recompute.measure` (``backend="cud
   plans and Chen's √n segments, each also with cheap values recomputed late where that lowers its peak,
   run by our executor.
 
-``--eager`` leaves out every compiled point (a network's inductor compiles take minutes).
+``--eager`` leaves out every compiled point (a network's inductor compiles take minutes); with
+``--write`` it keeps those an earlier run measured, and the table names both commands.
 
 A method that runs out of GPU memory is recorded with no peak (``oom``) and the run goes on. Points
 carry the device's name; ``exact`` is false for inductor's points (its fused kernels round differently
@@ -75,11 +76,20 @@ def load(name: str, folder: Path = FIGURES) -> list[CudaPoint] | None:
     return points or None
 
 
+def provenance(points: list[CudaPoint]) -> str:
+    """What measured the points: one command, or the eager points' and the compiled points' where an
+    ``--eager`` run kept an earlier run's compiled points."""
+    by = {p.exact: p.made_by or "command not recorded" for p in reversed(points)}
+    if len(set(by.values())) == 1:
+        return next(iter(by.values()))
+    return f"{by[True]}; compiled points: {by[False]}"
+
+
 def report(done: dict[str, list[CudaPoint]]) -> str:
     """One table per network, each under the command, torch version and commit that measured it."""
     names = sorted(done, key=lambda n: NETWORKS.index(n) if n in NETWORKS else len(NETWORKS))
     return "\n\n".join(f"**{n}** (batch {done[n][0].batch_size}, {done[n][0].input_size}², {done[n][0].device}; "
-                        f"{done[n][0].made_by or 'command not recorded'})\n\n{net_table(done[n])}" for n in names)
+                        f"{provenance(done[n])})\n\n{net_table(done[n])}" for n in names)
 
 
 def require_cuda() -> str:
@@ -253,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     # a run of some networks keeps the others' points (each table names what measured it)
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     for name in args.nets:
-        done[name] = [replace(p, made_by=made_by) for p in run_net(name, args.iterations, grid=grid)]
+        # an --eager run keeps the network's compiled points (minutes of inductor compiles each)
+        kept = [p for p in done.get(name, []) if not p.exact] if args.eager else []
+        done[name] = [replace(p, made_by=made_by) for p in run_net(name, args.iterations, grid=grid)] + kept
         print(net_table(done[name]), flush=True)
         if args.write:
             text = json.dumps([asdict(p) for p in done[name]], indent=1)

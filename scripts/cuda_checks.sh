@@ -7,8 +7,9 @@
 #   SIM_ARGS="--nets vgg19 --budgets 1" H2H_ARGS="--nets resnet50 --solvers dp" bash scripts/cuda_checks.sh
 #
 # Each stage runs under its own time limit (TESTS_S, SIM_S, H2H_S seconds) and a failed stage does not
-# stop the next. Logs and what the stages wrote (docs/benchmarks.md, paper_figures/cuda_pareto_*.json)
-# are copied into $OUT (default: cuda_checks/). Refuses at once without a CUDA GPU.
+# stop the next. Logs go to $OUT (default: cuda_checks/); what the stages wrote (docs/benchmarks.md,
+# paper_figures/cuda_pareto_*.json) to $OUT/artefacts.tar.gz. TEST_PATHS narrows the tests stage
+# (default: tests). Refuses at once without a CUDA GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -37,12 +38,11 @@ stage() {  # stage NAME SECONDS COMMAND...: run it under its limit, log to $OUT/
 }
 for s in $STAGES; do
     case $s in
-        tests) stage tests "${TESTS_S:-180}" "$PY" -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m cuda tests ;;
+        tests) stage tests "${TESTS_S:-180}" "$PY" -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m cuda ${TEST_PATHS:-tests} ;;
         simulator) stage simulator "${SIM_S:-240}" "$PY" -m benchmarks.simulator --backend cuda --write ${SIM_ARGS:---budgets 1} ;;
         head_to_head) stage head_to_head "${H2H_S:-300}" "$PY" -m benchmarks.head_to_head_cuda --write ${H2H_ARGS:-} ;;
         *) echo "unknown stage '$s' (allowed: tests simulator head_to_head)" >&2; exit 2 ;;
     esac
 done
-cp docs/benchmarks.md "$OUT/"
-cp paper_figures/cuda_pareto_*.json "$OUT/" 2>/dev/null
+tar czf "$OUT/artefacts.tar.gz" docs/benchmarks.md paper_figures/cuda_pareto_*.json
 exit $status

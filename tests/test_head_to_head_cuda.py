@@ -83,6 +83,11 @@ def test_report_names_what_measured_each_network(tmp_path):
     text = h.report({"resnet50": kept, "vgg19": mine})
     assert text.index("**resnet50**") < text.index("**vgg19**")
     assert kept[0].made_by in text and "`cmd`, commit x" in text and "oom" in text
+    # an --eager run keeps the compiled points of an earlier run: the table names both commands
+    compiled = h.CudaPoint("vgg19", 2, 32, "min_cut", "budget 0.5, dp", "pytorch", 1, 1.0, "some GPU", False,
+                           made_by="`cmd --budgets 0.5`, commit y")
+    assert h.provenance(mine + [compiled]) == "`cmd`, commit x; compiled points: `cmd --budgets 0.5`, commit y"
+    assert h.provenance(mine) == "`cmd`, commit x"
 
 
 @pytest.mark.cuda
