@@ -21,7 +21,8 @@ joint graph captured (:func:`recompute.partitions.capture`); nothing is computed
 Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.simulate.simulate_partition`
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
 :class:`recompute.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
-time) at two probe batches and extended linearly to the paper's. Both partitions run the same ops as
+time) at two probe batches and extended linearly to the paper's (an op of :data:`PROPORTIONAL`
+seconds or more at the small probe in proportion to the batch, untimed at the large one). Both partitions run the same ops as
 the unpartitioned step (random ops are never recomputed by either), so every point is ``exact``.
 """
 
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
+import hashlib
 import json
 import multiprocessing
 import time
@@ -46,7 +49,8 @@ from recompute import baselines, costs, nets
 from recompute.dynamo import split_convolution_backwards
 from recompute.graph import Graph
 from recompute.measure import default_loss
-from recompute.partitions import SOLVERS, JointCapture, Priced, capture, our_partition, price, split_plan, torch_partition
+from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_partition, price, split_convolutions, split_plan,
+                                  torch_partition)
 from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, spec
 from recompute.simulate import simulate_partition
@@ -68,6 +72,7 @@ EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
 ]
 EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
+PROPORTIONAL = 0.1  # seconds at the small probe from which an op is extended in proportion to the batch
 # the order the networks are handed to the jobs: the longest first, so that no long one starts last (at
 # 84d811a, 24:28 in all: DenseNet-161 789 s, ResNet-152 575, PSPNet 435, U-Net 385 of which 296 timing its
 # 572² ops, GoogLeNet 367, ResNet-50 176, VGG-19 93); U-Net not at the start: at eaa6513 DenseNet-161 beside
@@ -126,11 +131,18 @@ def _capture(name: str, batch: int, size: int) -> JointCapture:
     return capture(model, [torch.empty(x.shape, device="meta") for x in inputs])
 
 
+def _fingerprint(gm: fx.GraphModule) -> bytes:
+    """What a module runs (each node's op, target and arguments, by the nodes' names), hashed, without
+    writing its Python code: two partitions with the same fingerprints are priced once."""
+    text = "\n".join(f"{n.name} {n.op} {n.target} {n.args} {n.kwargs}" for n in gm.graph.nodes)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: TimeModel) -> BatchExtrapolation:
     """Op costs at ``batch`` from the same step's joint graph timed at the :data:`PROBES` batches (at
     ``batch`` itself where it is no larger than the small probe: PSPNet's 2)."""
     small, large = PROBES if batch > PROBES[0] else (batch, batch)
-    ex = BatchExtrapolation(model_t, small, large, batch)
+    ex = BatchExtrapolation(model_t, small, large, batch, proportional=PROPORTIONAL)
     captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large, batch)}
     ex.add(*(module_calls(captured[b].joint) for b in (small, large, batch)))
     # the ops our partitions with split_convolutions run in place of a convolution's backward
@@ -141,19 +153,25 @@ def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: 
 
 def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] = SOLVERS,
             torch_budgets: Sequence[float] = BUDGETS, batch: int | None = None, size: int | None = None,
-            eager: Sequence[tuple[str, dict[str, Any]]] = EAGER) -> list[Point]:
-    """Every partition of network ``name`` (at the paper's size unless ``batch``/``size`` are given)."""
+            eager: Sequence[tuple[str, dict[str, Any]]] = EAGER, freeze: bool = False) -> list[Point]:
+    """Every partition of network ``name`` (at the paper's size unless ``batch``/``size`` are given).
+    ``freeze``: once captured, the joint graphs are frozen out of the garbage collector's way (each
+    collection walked them: a third of a DenseNet-161 split's time), for a process of its own, since
+    what is frozen is never collected."""
     paper = nets.spec(name)
     batch = paper.batch_size if batch is None else batch
     size = paper.input_size[0] if size is None else size
     c = _capture(name, batch, size)
     ex = time_model(name, size, c, batch, model_t)
+    if freeze:
+        gc.collect()
+        gc.freeze()
     planning = {**PLANNING, "cost_options": {"time_model": ex}}
     points: list[Point] = []
-    priced: dict[str, Priced] = {}  # by the modules' code: a partition met again is not priced again
+    priced: dict[tuple[bytes, bytes], Priced] = {}  # by the modules' fingerprints: a partition met again is not priced again
 
     def cost(fw: fx.GraphModule, bw: fx.GraphModule) -> Priced:
-        key = fw.code + bw.code
+        key = (_fingerprint(fw), _fingerprint(bw))
         priced[key] = priced[key] if key in priced else price(c, fw, bw, ex)
         return priced[key]
 
@@ -173,7 +191,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         on DenseNet-161), as the searches below meet the same plans and weights again."""
         key = (id(graph), tuple(p.lower_sets), weight, convolutions)
         if key not in splits:
-            splits[key] = split_plan(c, graph, p, weight, convolutions)
+            splits[key] = (split_convolutions(c, split(graph, p, weight)) if convolutions
+                           else split_plan(c, graph, p, weight))
         return splits[key]
 
     def simulated(q: Any) -> int:
@@ -585,9 +604,10 @@ def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any)
     only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings),
     and where the time went: in all, timing ops, waiting for the lock."""
     torch.set_num_threads(1)
+    gc.set_threshold(50_000, 20, 100)  # fewer collections: a step's graphs are hundreds of thousands of objects
     start = time.perf_counter()
     model_t = TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough)
-    points = run_net(name, budgets, model_t)
+    points = run_net(name, budgets, model_t, freeze=True)
     return points, {"all": time.perf_counter() - start, **model_t.spent}
 
 
@@ -605,7 +625,8 @@ def main() -> None:
     start = time.perf_counter()
     command = f"OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
     spawn = multiprocessing.get_context("spawn")
-    with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+    # a fresh process per network: what run_net(freeze=True) keeps from the collector dies with it
+    with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
         lock = manager.Lock()
         order = sorted(args.nets, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else -1)
         running = {pool.submit(_net_points, name, args.budgets, args.repeats, args.enough, lock): name for name in order}

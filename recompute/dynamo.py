@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -56,6 +56,7 @@ from torch._functorch._aot_autograd.descriptors import GradAOTOutput, InputMutat
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.compile_utils import fx_graph_cse
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .fxnodes import output_tensors, runs_once
@@ -71,7 +72,8 @@ from .validate import check_budget, check_cost_model, check_flag
 
 _KEYED_CSE = "extra_node_key" in inspect.signature(fx_graph_cse).parameters  # torch 2.11 lacks it
 
-__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of", "split_convolution_backwards"]
+__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of", "split_convolution_backwards",
+           "with_split_convolutions"]
 
 RUNTIMES = ("eager", "inductor")
 
@@ -216,11 +218,20 @@ def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = 
         if later is not s and (later_peak := simulate(g.program, later).peak) < peak:
             s, peak = later, later_peak
     fw, bw, saved = _split(g.program, s, num_fwd_outputs)
-    if split_convolutions:
-        peak = simulate_partition(fw, split_convolution_backwards(bw)).peak
     joint = g.program.joint
-    return Partition(graph=g, plan=p, schedule=s, saved=saved, saved_bytes=activation_bytes([joint.node(n) for n in saved]),
+    part = Partition(graph=g, plan=p, schedule=s, saved=saved, saved_bytes=activation_bytes([joint.node(n) for n in saved]),
                      peak=peak, forward=fw, backward=bw)
+    return with_split_convolutions(part) if split_convolutions else part
+
+
+def with_split_convolutions(part: Partition) -> Partition:
+    """``part`` with its backward's convolution backwards split where that frees their input earlier
+    (:func:`split_convolution_backwards`, on a copy of the module: ``part`` is left as it is), its peak
+    the two modules' simulated one."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(part.backward.graph, {}))
+    backward = split_convolution_backwards(_LazyGraphModule(part.backward, graph))
+    return replace(part, backward=backward, peak=simulate_partition(part.forward, backward).peak)
 
 
 class _Inductor(CustomPartitionerFn):
@@ -368,7 +379,9 @@ def _split(p: Program, s: Schedule, num_fwd_outputs: int) -> tuple[fx.GraphModul
     for i in range(s.backward_start, len(s)):
         benv[s.steps[i]] = _copy(bwd, joint.node(s.steps[i][0]), bw_reads[i], benv)
     bwd.output(tuple(_out(o, benv) for o in bw_outs))
-    return fx.GraphModule(gm, fwd), fx.GraphModule(gm, bwd), [r[0] for r in saved]
+    # lazy: their Python code is written when first run (or read), not here; the head-to-head prices
+    # hundreds of partitions by their graphs alone, and writing it was a third of a DenseNet-161 split
+    return _LazyGraphModule(gm, fwd), _LazyGraphModule(gm, bwd), [r[0] for r in saved]
 
 
 _TRAINING_BATCH_NORM = (torch.ops.aten._native_batch_norm_legit_functional.default,)

@@ -34,7 +34,7 @@ from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._ordered_set import OrderedSet
 
-from .dynamo import Backend, Partition, backend, partition_of
+from .dynamo import Backend, Partition, backend, partition_of, with_split_convolutions
 from .fxnodes import output_tensors
 from .graph import Graph
 from .measure import default_loss
@@ -42,8 +42,8 @@ from .plan import DEFAULT_METHOD, Plan
 from .simulate import simulate_partition
 from .timing import BatchExtrapolation, TimeModel, module_calls
 
-__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "split_plan", "price",
-           "saved_bytes"]
+__all__ = ["SOLVERS", "JointCapture", "Priced", "capture", "torch_partition", "our_partition", "split_plan",
+           "split_convolutions", "price", "saved_bytes"]
 
 SOLVERS = ("dp", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")  # activation_memory_budget_solver in torch 2.14
 
@@ -183,6 +183,13 @@ def split_plan(c: JointCapture, g: Graph, p: Plan, remat: float | None = None,
     without planning again."""
     with _fake_mode(c):
         return partition_of(g, p, c.num_fwd_outputs, remat, split_convolutions)
+
+
+def split_convolutions(c: JointCapture, part: Partition) -> Partition:
+    """A split of :func:`split_plan` (without ``split_convolutions``) as ``split_plan(...,
+    split_convolutions=True)`` makes it, without splitting the plan again."""
+    with _fake_mode(c):
+        return with_split_convolutions(part)
 
 
 @dataclass

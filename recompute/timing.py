@@ -278,12 +278,21 @@ class BatchExtrapolation:
     ``t(small) + (t(large) − t(small)) · (target − small) / (large − small)``, never less than
     ``t(small)`` (noise must not make an op cheaper at a larger batch). At ``small == large ==
     target`` nothing is extended: the ops are timed at the target batch itself.
+
+    An op whose call at the small probe takes ``proportional`` seconds or more is not timed at the
+    large one: it is extended in proportion to the batch, ``t(small) · target / small`` (what the
+    formula above gives an op with no fixed part). A call that long is arithmetic over the batch, and
+    timing it again at the larger probe was most of a head-to-head's timing (U-Net's convolutions at
+    572², seconds each).
     """
 
-    def __init__(self, model: TimeModel, small: int, large: int, target: int):
+    def __init__(self, model: TimeModel, small: int, large: int, target: int, proportional: float = float("inf")):
         if not (0 < small < large or 0 < small == large == target):
             raise ValueError(f"probe batches must satisfy 0 < small < large (or both be the target batch), got {small} and {large}")
+        if not proportional > 0:
+            raise ValueError(f"proportional must be a positive number of seconds, got {proportional!r}")
         self.model, self.small, self.large, self.target = model, small, large, target
+        self.proportional = proportional
         self.probes: dict[OpKey, tuple[OpCall, OpCall]] = {}
 
     def add(self, small: Sequence[OpCall], large: Sequence[OpCall], target: Sequence[OpCall]) -> None:
@@ -313,12 +322,17 @@ class BatchExtrapolation:
             raise KeyError(f"{len(missing)} op calls have no probe, e.g. {missing[0].op} {missing[0].args[:200]}; "
                            "add() the same program traced at the probe batches")
         pairs = [self.probes[c.key] for c in calls]
-        self.model.measure(p for pair in pairs for p in pair)
+        table = self.model.table
+        self.model.measure(s for s, _ in pairs)
+        self.model.measure(l for s, l in pairs if table[s.key] < self.proportional)
         slope = (self.target - self.small) / (self.large - self.small) if self.large > self.small else 0.0
         out = []
         for s, l in pairs:
-            ts, tl = self.model.table[s.key], self.model.table[l.key]
-            out.append(ts + max(tl - ts, 0.0) * slope)
+            ts = table[s.key]
+            if ts >= self.proportional and self.large > self.small:
+                out.append(ts * self.target / self.small)
+            else:
+                out.append(ts + max(table[l.key] - ts, 0.0) * slope)
         return out
 
     def seconds(self, calls: Sequence[OpCall]) -> float:

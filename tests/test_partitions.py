@@ -12,7 +12,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 import recompute
 from recompute import nets
 from recompute.measure import MemoryMeter
-from recompute.partitions import capture, our_partition, torch_partition
+from recompute.partitions import capture, our_partition, split_convolutions, split_plan, torch_partition
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, Recorder, TimeModel, module_calls
 
@@ -76,6 +76,21 @@ def test_our_partition_priced_equals_measured_step():
     assert abs(simulated - measured) <= 0.02 * measured
     fw, bw, _ = our_partition(c, "approxdp", strategy="tc")
     assert simulate_partition(fw, bw).peak == simulated
+
+
+def test_convolutions_split_from_a_split_plan_are_what_split_plan_makes_with_them():
+    """``split_convolutions`` of a plan's split is ``split_plan(..., split_convolutions=True)``: the same
+    backward code and peak, and the split it started from unchanged."""
+    model, inputs = nets.build("skip", seed=0)
+    c = capture(model.to("meta"), [torch.empty(x.shape, device="meta") for x in inputs])
+    _, _, part = our_partition(c, "approxdp", strategy="tc")
+    base = split_plan(c, part.graph, part.plan, 0.0)
+    code, peak = base.backward.code, base.peak
+    split = split_convolutions(c, base)
+    made = split_plan(c, part.graph, part.plan, 0.0, split_convolutions=True)
+    assert split.backward.code == made.backward.code and split.peak == made.peak
+    assert split.peak < peak  # convolution backwards were split, freeing their inputs earlier
+    assert (base.backward.code, base.peak) == (code, peak)
 
 
 def test_time_model_sum_is_the_per_op_costs():
@@ -177,6 +192,18 @@ def test_batch_extrapolation_is_linear_in_the_batch():
     assert at_target.seconds(small) == 1.0
     with pytest.raises(ValueError, match="probe batches"):
         BatchExtrapolation(tm, 2, 2, 4)
+
+
+def test_a_long_call_is_extended_in_proportion_to_the_batch_untimed_at_the_large_probe():
+    calls = {b: [_relu_call(b)] for b in (2, 4, 10)}
+    tm = TimeModel()
+    tm.table[calls[2][0].key] = 1.0  # the large probe's key stays untimed: measuring it would fail here
+    tm.measure = lambda todo: [c for c in todo if c.key not in tm.table] and pytest.fail("timed the large probe")
+    ex = BatchExtrapolation(tm, 2, 4, 10, proportional=0.5)
+    ex.add(calls[2], calls[4], calls[10])
+    assert ex.seconds(calls[10]) == pytest.approx(1.0 * 10 / 2)
+    with pytest.raises(ValueError, match="proportional"):
+        BatchExtrapolation(tm, 2, 4, 10, proportional=0)
 
 
 def _relu_call(batch: int):
