@@ -22,8 +22,9 @@ Every (forward, backward) pair is priced the same way: its peak by :func:`recomp
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
 :class:`recompute.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
 time) at two probe batches and extended linearly to the paper's (an op of :data:`PROPORTIONAL`
-seconds or more at the small probe in proportion to the batch, untimed at the large one). Both partitions run the same ops as
-the unpartitioned step (random ops are never recomputed by either), so every point is ``exact``.
+seconds or more at the small probe in proportion to the batch, untimed at the large one). Both
+partitions run the same ops as the unpartitioned step (random ops are never recomputed by either), so
+every point is ``exact``.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ from recompute import baselines, costs, nets
 from recompute.dynamo import split_convolution_backwards
 from recompute.graph import Graph
 from recompute.measure import default_loss
-from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_partition, price, split_convolutions, split_plan,
-                                  torch_partition)
+from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_partition, price, split_convolutions,
+                                  split_plan, torch_partition)
 from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, spec
 from recompute.simulate import simulate_partition
@@ -168,7 +169,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         gc.freeze()
     planning = {**PLANNING, "cost_options": {"time_model": ex}}
     points: list[Point] = []
-    priced: dict[tuple[bytes, bytes], Priced] = {}  # by the modules' fingerprints: a partition met again is not priced again
+    priced: dict[tuple[bytes, bytes], Priced] = {}  # by the modules' fingerprints: a partition met again is priced once
 
     def cost(fw: fx.GraphModule, bw: fx.GraphModule) -> Priced:
         key = (_fingerprint(fw), _fingerprint(bw))

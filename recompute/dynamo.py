@@ -72,8 +72,8 @@ from .validate import check_budget, check_cost_model, check_flag
 
 _KEYED_CSE = "extra_node_key" in inspect.signature(fx_graph_cse).parameters  # torch 2.11 lacks it
 
-__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of", "split_convolution_backwards",
-           "with_split_convolutions"]
+__all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of",
+           "split_convolution_backwards", "with_split_convolutions"]
 
 RUNTIMES = ("eager", "inductor")
 
@@ -219,8 +219,8 @@ def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = 
             s, peak = later, later_peak
     fw, bw, saved = _split(g.program, s, num_fwd_outputs)
     joint = g.program.joint
-    part = Partition(graph=g, plan=p, schedule=s, saved=saved, saved_bytes=activation_bytes([joint.node(n) for n in saved]),
-                     peak=peak, forward=fw, backward=bw)
+    part = Partition(graph=g, plan=p, schedule=s, saved=saved,
+                     saved_bytes=activation_bytes([joint.node(n) for n in saved]), peak=peak, forward=fw, backward=bw)
     return with_split_convolutions(part) if split_convolutions else part
 
 
