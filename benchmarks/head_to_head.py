@@ -154,17 +154,19 @@ def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: 
 
 def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] = SOLVERS,
             torch_budgets: Sequence[float] = BUDGETS, batch: int | None = None, size: int | None = None,
-            eager: Sequence[tuple[str, dict[str, Any]]] = EAGER, freeze: bool = False) -> list[Point]:
+            eager: Sequence[tuple[str, dict[str, Any]]] = EAGER, own_process: bool = False) -> list[Point]:
     """Every partition of network ``name`` (at the paper's size unless ``batch``/``size`` are given).
-    ``freeze``: once captured, the joint graphs are frozen out of the garbage collector's way (each
-    collection walked them: a third of a DenseNet-161 split's time), for a process of its own, since
-    what is frozen is never collected."""
+    ``own_process``: the garbage collector is set for the step's graphs, hundreds of thousands of
+    objects that each collection walked (a third of a DenseNet-161 split's time): it runs less often,
+    and once captured the graphs are frozen out of its way, never to be collected in this process."""
+    if own_process:
+        gc.set_threshold(50_000, 20, 100)
     paper = nets.spec(name)
     batch = paper.batch_size if batch is None else batch
     size = paper.input_size[0] if size is None else size
     c = _capture(name, batch, size)
     ex = time_model(name, size, c, batch, model_t)
-    if freeze:
+    if own_process:
         gc.collect()
         gc.freeze()
     planning = {**PLANNING, "cost_options": {"time_model": ex}}
@@ -605,10 +607,9 @@ def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any)
     only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings),
     and where the time went: in all, timing ops, waiting for the lock."""
     torch.set_num_threads(1)
-    gc.set_threshold(50_000, 20, 100)  # fewer collections: a step's graphs are hundreds of thousands of objects
     start = time.perf_counter()
     model_t = TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough)
-    points = run_net(name, budgets, model_t, freeze=True)
+    points = run_net(name, budgets, model_t, own_process=True)
     return points, {"all": time.perf_counter() - start, **model_t.spent}
 
 
@@ -626,7 +627,7 @@ def main() -> None:
     start = time.perf_counter()
     command = f"OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
     spawn = multiprocessing.get_context("spawn")
-    # a fresh process per network: what run_net(freeze=True) keeps from the collector dies with it
+    # a fresh process per network: what run_net(own_process=True) keeps from the collector dies with it
     with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
         lock = manager.Lock()
         order = sorted(args.nets, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else -1)
