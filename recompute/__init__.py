@@ -9,7 +9,6 @@
 """
 
 from . import lowerset, planners  # noqa: F401  (importing the planners registers them)
-from .dynamo import backend
 from .execute import Executor, execute
 from .graph import Graph
 from .measure import Measurement, measure
@@ -21,3 +20,13 @@ __all__ = [
     "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError",
     "trace", "plan", "methods", "execute", "optimize", "measure", "backend", "lowerset",
 ]
+
+
+def __getattr__(name: str):
+    # ``recompute.backend`` on first use: its module imports TorchDynamo and inductor's partitioner
+    # hooks (~3 s), which planning and executing a model do not need
+    if name == "backend":
+        from .dynamo import backend
+
+        return backend
+    raise AttributeError(f"module 'recompute' has no attribute {name!r}")

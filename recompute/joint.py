@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx as fx
-from torch._functorch.aot_autograd import aot_export_module
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor
@@ -187,6 +186,10 @@ def trace_step(
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
 ) -> JointProgram:
     """Export the training step of ``model`` at ``inputs`` as a :class:`JointProgram`."""
+    # imported here: AOTAutograd brings TorchDynamo (~2.5 s), which `import recompute` (and a CLI run
+    # that stops at a config mistake) should not pay
+    from torch._functorch.aot_autograd import aot_export_module
+
     step = _Step(model, len(inputs), loss_fn)
     # an input that requires grad gets its gradient in the joint graph; detached, since a non-leaf
     # input's history belongs to the caller's graph, not to the step

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence, Set
 
-import networkx as nx
 import torch
 import torch.fx as fx
 
@@ -186,6 +185,8 @@ def cheapest_kept(size: Mapping[str, int], inputs: Mapping[str, Sequence[str]], 
     value absent from it, such as a parameter, is always at hand) and what keeping it costs;
     ``recomputable`` what recomputing each such value costs (in the same unit); ``inputs`` what each
     reads."""
+    import networkx as nx  # here: its import (~0.4 s) is paid by the runs that rematerialize, not by `import recompute`
+
     flow = nx.DiGraph()
     flow.add_nodes_from(["source", "sink"])
     for name, nbytes in size.items():

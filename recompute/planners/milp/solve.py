@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp as highs_milp
+
+if TYPE_CHECKING:  # scipy (~1 s) is imported where a program is built: `import recompute` need not pay it
+    from scipy.optimize import Bounds, LinearConstraint
 
 from ...plan import InfeasibleBudget
 from .pricing import _last_use, _saved_delta, _stays, stage_memory
@@ -92,6 +93,9 @@ class _Rows:
         self.vals.append(v.ravel())
 
     def constraint(self, nvars: int) -> LinearConstraint:
+        import scipy.sparse as sp
+        from scipy.optimize import LinearConstraint
+
         a = sp.csr_matrix((np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
                           shape=(self.m, nvars))
         return LinearConstraint(a, np.concatenate(self.lo), np.concatenate(self.hi))
@@ -221,6 +225,8 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     lo[u] = 0
     integrality = np.zeros(nvars)
     integrality[: 3 * T * n + T * npairs] = 1
+    from scipy.optimize import Bounds
+
     return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s_all, f, u, (pi, pk), scale)
 
 
@@ -261,9 +267,13 @@ def _highs(prog: _Program, integrality: np.ndarray, options: dict[str, Any],
     (``scipy.optimize._highspy._core``, a private module: scipy 1.17) the model is passed to them
     directly and ``start`` given to ``setSolution``; without them, ``scipy.optimize.milp`` solves it
     cold."""
+    import scipy.sparse as sp
+
     try:
         from scipy.optimize._highspy import _core as h
     except ImportError:
+        from scipy.optimize import milp as highs_milp
+
         res = highs_milp(prog.c, integrality=integrality, bounds=prog.bounds, constraints=prog.constraint,
                          options={**options, "disp": False})
         return (res.status, res.x, float(res.fun) if res.x is not None else np.nan,
