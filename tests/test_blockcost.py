@@ -48,7 +48,7 @@ def _agree(graph: recompute.Graph, seqs) -> None:
         assert costs.peak(seq, bd) == simulate(graph.program, canonical(graph, seq)).peak
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_block_costs_equal_the_simulator_on_random_models(seed):
     graph = recompute.trace(RandomDAGNet(seed), (torch.randn(2, 4, 6, 6),), loss_fn=default_loss)
@@ -57,12 +57,10 @@ def test_block_costs_equal_the_simulator_on_random_models(seed):
     _agree(graph, _random_sequences(graph, random.Random(seed), 6))
 
 
-@pytest.mark.parametrize("name", ["chain", "skip", "resblock", "dropout", "siamese", "resnet50", "googlenet"])
+@pytest.mark.parametrize("name", ["chain", "skip", "resblock", "dropout", "siamese"])
 def test_block_costs_equal_the_simulator_on_the_zoo(name):
-    # resnet50: residual additions own no backward op; googlenet: gradient sums over parallel branches
-    # run in the block of the lowest branch (K(x) with two owners)
-    build = {"batch_size": 2, "input_size": 32} if name in ("resnet50", "googlenet") else {}
-    model, inputs = nets.build(name, fake_inputs=True, **build)
+    # ResNet-50 and GoogLeNet: tests/test_workspace.py, without workspaces and with them (one trace)
+    model, inputs = nets.build(name, fake_inputs=True)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
     _agree(graph, _random_sequences(graph, random.Random(0), 10))
 

@@ -19,11 +19,14 @@ METHODS = [
 
 @pytest.mark.skipif(not g.has_peak_meter(), reason="needs Linux's /proc/self/clear_refs")
 def test_ground_truth_runs_each_method_in_its_own_process():
-    rows = g.run_net("skip", steps=1, batch=8, size=32, methods=METHODS)
-    assert [r.method for r in rows] == [m[0] for m in METHODS]
+    # one method in a spawned child (it imports torch and recompute: ~10 s); the others run what a child
+    # runs, here in this process
+    (spawned,) = g.run_net("skip", steps=1, batch=8, size=32, methods=METHODS[3:])
+    assert spawned.method == METHODS[3][0]
+    rows = [*(g._child(("skip", 8, 32, *m, 1)) for m in METHODS[:3]), spawned]
     assert all(r.status == "ok" and r.peak > 0 and r.seconds > 0 and len(r.times) == 1 for r in rows), rows
     assert rows[0].predicted is None and rows[2].predicted > 0 and rows[3].predicted > 0
-    # a method that fails is a row saying why (what each child runs, here in this process)
+    # a method that fails is a row saying why
     failed = g._child(("skip", 8, 32, "no such method", "ours", "optimize", {"method": "nonesuch"}, 1))
     assert failed.status.startswith("ValueError") and failed.peak is None
     text = g.table([*rows, failed])

@@ -212,14 +212,16 @@ def _relu_call(batch: int):
     return OpCall(torch.ops.aten.relu.default, (TensorSpec((batch, 3), (3, 1), torch.float32, "cpu"),), {})
 
 
-def test_a_budget_at_the_planners_own_smallest_peak_is_met():
+@pytest.mark.parametrize("name", ["vgg19", pytest.param("googlenet", marks=pytest.mark.slow)])
+def test_a_budget_at_the_planners_own_smallest_peak_is_met(name):
     """On the compile path the DP plans with the liveness model and its plan is priced by the
     simulator: with no budget the smallest simulated peak is searched over budgets above the DP's own
     smallest, so a budget at that peak must find a plan too (GoogLeNet's was refused, the error naming
-    a larger smallest budget)."""
+    a larger smallest budget; of the zoo at this size only GoogLeNet's graph showed it, and its capture
+    takes half a minute: in the slow set)."""
     from recompute.plan import plan
 
-    model, inputs = nets.build("googlenet", batch_size=2, input_size=32, seed=0)
+    model, inputs = nets.build(name, batch_size=2, input_size=32, seed=0)
     _, _, part = our_partition(capture(model, inputs), "approxdp", strategy="tc", memory_model="simulator")
     again = plan(part.graph, "approxdp", strategy="tc", budget=part.plan.peak, memory_model="simulator")
     assert again.peak <= part.plan.peak

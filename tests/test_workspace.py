@@ -49,7 +49,7 @@ def test_the_simulator_adds_an_ops_workspace_at_its_step_alone():
             assert got.peak == max(plain.peak, int(plain.live[step]) + extra)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_block_costs_equal_the_simulator_with_workspaces(seed):
     rng = random.Random(seed)
@@ -59,10 +59,14 @@ def test_block_costs_equal_the_simulator_with_workspaces(seed):
 
 
 @pytest.mark.parametrize("name", ["resnet50", "googlenet"])
-def test_block_costs_equal_the_simulator_with_workspaces_on_the_zoo(name):
+def test_block_costs_equal_the_simulator_without_and_with_workspaces_on_the_zoo(name):
+    # resnet50: residual additions own no backward op; googlenet: gradient sums over parallel branches
+    # run in the block of the lowest branch (K(x) with two owners)
     model, inputs = nets.build(name, fake_inputs=True, batch_size=2, input_size=32)
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    _agree(graph, _random_sequences(graph, random.Random(0), 10))
     rng = random.Random(0)
-    graph = _with_workspaces(recompute.trace(model, inputs, loss_fn=default_loss), rng)
+    graph = _with_workspaces(graph, rng)
     _agree(graph, _random_sequences(graph, rng, 8))
 
 
