@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     # ``recompute.backend`` on first use: its module imports TorchDynamo and inductor's partitioner
     # hooks (~3 s), which planning and executing a model do not need
     if name == "backend":

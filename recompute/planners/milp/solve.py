@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # scipy (~1 s) is imported where a program is built: `import recompute` need not pay it
-    from scipy.optimize import Bounds, LinearConstraint
-
 from ...plan import InfeasibleBudget
 from .pricing import _last_use, _saved_delta, _stays, stage_memory
 from .problem import Problem
+
+if TYPE_CHECKING:  # scipy (~1 s) is imported where a program is built: `import recompute` need not pay it
+    from scipy.optimize import Bounds, LinearConstraint
 
 __all__ = ["Solution", "NoSolution", "point"]
 
@@ -123,6 +123,8 @@ class _Program:
 
 def _assemble(pb: Problem, budget: int | None) -> _Program:
     """Checkmate's program for ``pb`` (see the module docstring); ``budget=None``: minimise the peak."""
+    from scipy.optimize import Bounds
+
     n, T = pb.n, 2 * pb.n
     eu, ev = pb.edges()
     pi = np.concatenate([np.arange(n), eu])  # FREE pairs (i, k): k = i or a successor of i
@@ -225,8 +227,6 @@ def _assemble(pb: Problem, budget: int | None) -> _Program:
     lo[u] = 0
     integrality = np.zeros(nvars)
     integrality[: 3 * T * n + T * npairs] = 1
-    from scipy.optimize import Bounds
-
     return _Program(c, rows.constraint(nvars), Bounds(lo, hi), integrality, r, s_all, f, u, (pi, pk), scale)
 
 
