@@ -345,10 +345,14 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     # time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it, and where
     # that is not enough the DP at the largest budget whose step as planned fits it; below the DP's
     # smallest peak, its smallest time- and memory-centric plans with as few as reach it
+    def matched(t: Point) -> bool:
+        """Whether a point of ours found so far reaches ≤ ``t``'s peak at ≤ its time."""
+        return dominated(t, [p for p in points + executor if p.family == "ours"])
+
     for j in range(1, budgets):
         tc(smallest + (everything - smallest) * j // budgets)
     for t in sorted([p for p in points if p.family == "pytorch"] + eager_pts, key=lambda t: t.peak):
-        if dominated(t, [p for p in points + executor if p.family == "ours"]) or t.peak - c.param_bytes >= vanilla.peak:
+        if matched(t) or t.peak - c.param_bytes >= vanilla.peak:
             continue
         budget = fitted(t.peak)
         if budget is None:
@@ -357,13 +361,12 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             knob = "budget min" if budget == smallest else f"budget {budget / everything:.2f} of vanilla"
             plans = [("vanilla", "", vanilla), ("approxdp_tc", knob, tc(budget))]
         for method, knob, part in plans:
-            if not dominated(t, [p for p in points + executor if p.family == "ours"]):
+            if not matched(t):
                 remat_within(method, knob, part, t.peak)
         # recomputing a few more blocks can cost less than every cheap op (ResNet-152 at min-cut 0.3's
         # 4.12 GiB: budget 0.50 of vanilla as planned 4.05 GiB at 1.051× plain; the 0.56 whose cheap ops
         # fit it, with them 3.82 GiB at 1.138×)
-        if budget is not None and not dominated(t, [p for p in points + executor if p.family == "ours"]) \
-                and (as_planned := fitted(t.peak, weight=None)) is not None:
+        if budget is not None and not matched(t) and (as_planned := fitted(t.peak, weight=None)) is not None:
             tc(as_planned)
     # the issue's bar: our smallest peak within the time of PyTorch's smallest within 1.3× plain
     # training's: the DP's smallest budget within it, and each plan of ours within it with as many
