@@ -85,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--steps", type=int, default=3, help="timed steps per plan and round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of steps, then the ops timed anew")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of steps, then the ops timed anew")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per op key")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
