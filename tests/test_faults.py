@@ -30,6 +30,8 @@ import recompute
 from experiments import config, record, results, runner, tracking
 from experiments.record import RecordWarning, RunRecord, Status
 
+from .cli import run_py
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "paper_figures_results"
 
@@ -82,16 +84,15 @@ def test_other_runtime_errors_stay_errors(tmp_path, monkeypatch):
     assert rec.status == Status.error and "shapes cannot be multiplied" in rec.error
 
 
-def test_a_run_that_fails_is_stored_exits_non_zero_and_runs_again(tmp_path):
+def test_a_run_that_fails_is_stored_exits_non_zero_and_runs_again(tmp_path, monkeypatch):
     # run.py as the user runs it, with a bug planted in the library
-    app = ("import runpy, sys, recompute\n"
-           "def bug(*args, **kwargs):\n    raise RuntimeError('a bug in measure')\n"
-           "recompute.measure = bug\n"
-           f"sys.argv = ['run.py', 'net=chain', 'method=chen', 'logger=none', 'results_dir={tmp_path / 'results'}', "
-           f"'hydra.run.dir={tmp_path / 'run'}']\n"
-           "runpy.run_path('run.py', run_name='__main__')\n")
+    def bug(*args, **kwargs):
+        raise RuntimeError("a bug in measure")
+
+    monkeypatch.setattr(recompute, "measure", bug)
     for attempt in range(2):  # an error is no outcome: a rerun runs it again
-        out = subprocess.run([sys.executable, "-c", app], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = run_py("net=chain", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}",
+                     f"hydra.run.dir={tmp_path / 'run'}")
         assert out.returncode == 1, out.stderr[-3000:]
         assert "failed with status=error" in out.stderr and "a bug in measure" in out.stderr
         assert "skipped" not in out.stdout
@@ -232,7 +233,7 @@ def test_wandb_that_cannot_start_loses_nothing(tmp_path, monkeypatch, caplog):
 def test_an_unwritable_results_dir_is_reported_before_the_run(tmp_path, monkeypatch):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    out = _run_py(tmp_path, "net=chain", f"results_dir={blocker / 'results'}", "logger=none")
+    out = run_py("net=chain", f"results_dir={blocker / 'results'}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 1
     assert f"results_dir={blocker / 'results'} is not writable" in out.stderr and "Traceback" not in out.stderr
     assert "trace done" not in out.stdout + out.stderr  # nothing ran
@@ -305,22 +306,18 @@ def test_a_store_that_fails_its_write_keeps_the_record_where_it_says(tmp_path, m
     assert f"mv {kept} " in message
 
 
-def test_run_py_names_where_an_unstored_record_is_kept(tmp_path):
+def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
     # run.py as the user runs it, on a disk that fills while the run measures
-    app = ("import errno, os, runpy, sys, tempfile\n"
-           "from pathlib import Path\n"
-           "from experiments import record\n"
-           f"tempfile.tempdir = {str(tmp_path / 'tmp')!r}\n"
-           "write = record.write\n"
-           "def full(rec, path):\n"
-           f"    if Path(path).parent == Path({str(tmp_path / 'results')!r}):\n"
-           "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
-           "    return write(rec, path)\n"
-           "record.write = full\n"
-           f"sys.argv = ['run.py', 'net=chain', 'method=chen', 'logger=none', 'results_dir={tmp_path / 'results'}', "
-           f"'hydra.run.dir={tmp_path / 'run'}']\n"
-           "runpy.run_path('run.py', run_name='__main__')\n")
-    out = subprocess.run([sys.executable, "-c", app], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    write = record.write
+
+    def full(rec, path):
+        if Path(path).parent == tmp_path / "results":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(rec, path)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(record, "write", full)
+    out = run_py("net=chain", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 1, out.stderr[-3000:]
     (kept,) = (tmp_path / "tmp" / "recompute-unsaved").glob("*.json")
     assert "No space left on device" in out.stderr and f"kept at {kept}" in out.stderr
@@ -342,15 +339,21 @@ def test_exhaustive_refuses_a_large_graph_as_an_outcome(tmp_path):
 # --------------------------------------------------------------------------- 5. a restarted sweep
 
 
+def _wandb_runs(sweep_dir: Path) -> list[Path]:
+    return sorted(sweep_dir.glob("*/wandb/offline-run-*"))
+
+
 def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_path):
-    # on the CPU, one job at a size whose first allocation fails at once (the vgg19 batch 3200):
-    # an out-of-memory run is an outcome, stored, and a restart does not run it again
-    sweep = ["-m", "net=chain", "device=cpu", "input_size=16,200000", "iterations=1", "warmup=0", "logger=none"]
+    # a multirun of two jobs, each stored and logged to W&B (offline); on the CPU, the second at a size
+    # whose first allocation fails at once (the vgg19 batch 3200): an out-of-memory run is an
+    # outcome, stored, and a restart does not run it again
+    sweep = ["-m", "net=chain", "device=cpu", "input_size=16,200000", "iterations=1", "warmup=0", "logger.mode=offline"]
     first = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-1'}")
     assert first.returncode == 0, first.stderr[-3000:]
     runs = {record.read(p).input_size: (p, record.read(p)) for p in (tmp_path / "results").glob("*.json")}
     assert runs[16][1].status == Status.ok
     assert runs[200000][1].status == Status.oom and "DefaultCPUAllocator" in runs[200000][1].error
+    assert len(_wandb_runs(tmp_path / "sweep-1")) == 2
     done, killed = runs[200000][0], runs[16][0]
     killed.unlink()  # its job was killed (kill -9) before its record was written
     stamp = done.stat().st_mtime_ns
@@ -359,7 +362,7 @@ def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_p
     again = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-2'}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("skipped") == 1 and done.stat().st_mtime_ns == stamp  # finished runs not redone
-    assert killed.exists()
+    assert killed.exists() and len(_wandb_runs(tmp_path / "sweep-2")) == 1  # a skipped job logs no W&B run
     (group,) = {record.read(p).group for p in (tmp_path / "results").glob("*.json")}
     assert group.startswith("sweep-")
 
