@@ -394,7 +394,7 @@ def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]]) -> lis
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
                     eager_seconds: float | None) -> list[Point]:
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
-    our executor, bitwise plain training's): the time-centric DP from its smallest feasible peak towards
+    our executor, bitwise plain training's): vanilla, the time-centric DP from its smallest feasible peak towards
     vanilla's, the memory-centric DP and Chen's √n segments, each also recomputing late and running in
     place (:func:`rewritten`). Peak: the plan's simulated peak (= the ``fake`` backend's,
     ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen calls against
@@ -420,9 +420,11 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     g = replace(graphs[batch], time=costs.cost(PLANNING["cost_model"], graphs[batch].program, time_model=ex),
                 cost_model=PLANNING["cost_model"])
     dp = {"memory_model": PLANNING["memory_model"]}
-    vanilla = recompute.plan(g, "vanilla").peak
+    plain = recompute.plan(g, "vanilla")
+    vanilla = plain.peak
     first = recompute.plan(g, "approxdp", strategy="tc", **dp)
-    plans = [("approxdp_tc", "budget min", first)]
+    # the step that recomputes nothing: plain training's ops, priced as PyTorch's eager step is
+    plans = [("vanilla", "", plain), ("approxdp_tc", "budget min", first)]
     for j in range(1, budgets):
         budget = first.peak + (vanilla - first.peak) * j // budgets
         with contextlib.suppress(InfeasibleBudget):

@@ -25,7 +25,7 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     eager = [p for p in points if p.family == "pytorch" and p.method != "min_cut"]
     assert eager[0].method == "eager" and eager[0].time_ratio == 1.0 and len(eager) > 1, [p.method for p in eager]
     assert next(p for p in points if p.method == "vanilla").time_ratio == 1.0
-    assert {"executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= {p.method for p in points}
+    assert {"executor vanilla", "executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= {p.method for p in points}
     h.save(points, tmp_path)
     rows = json.loads((tmp_path / "pareto_chain.json").read_text())
     assert FIELDS <= set(rows[0]) and len(rows) == len(points)
