@@ -146,14 +146,15 @@ class _Graphs:
     def _copy(graph: fx.Graph, node: fx.Node, reads: tuple[Instance, ...], env: dict[Instance, fx.Node],
               into: Instance | None = None) -> fx.Node:
         """``node`` in ``graph`` with its inputs replaced by the instances the schedule reads; where it
-        runs in place (``Schedule.into``), its ``out=`` overload writing into that instance."""
+        runs in place (``Schedule.into``), its ``out=`` overload writing into that instance (or its in-place variant on it)."""
         by_name = {r[0]: env[r] for r in reads}
         new = graph.node_copy(node, lambda a: by_name[a.name])
         new.meta = dict(node.meta)
-        if into is not None:
+        if into is not None:  # the in-place variant (out None) already reads ``into`` as its first argument
             op, out = out_overload(node.target)
             new.target = op
-            new.kwargs = {**new.kwargs, out: env[into]}
+            if out is not None:
+                new.kwargs = {**new.kwargs, out: env[into]}
         return new
 
 

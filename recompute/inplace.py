@@ -12,13 +12,16 @@ its ReLU's at once where eager training holds one. :func:`in_place` drops the sc
 (``Schedule.release``) and marks each op that can write into one of its inputs:
 
 * the op is pointwise (``torch.Tag.pointwise``), draws no random numbers, returns one tensor and has
-  an ``out=`` overload (``relu.out``, ``add.out``, ``threshold_backward.grad_input``, …);
+  an ``out=`` overload with a kernel of its own (``add.out``, ``threshold_backward.grad_input``, …) or,
+  where that overload only computes into a new tensor and copies it, an in-place variant that writes
+  into its first argument (``relu_``, as torchvision's ``ReLU(inplace=True)`` runs);
 * the input has its last use at this step (over all its aliases, releases and what outlives the
   step: outputs, gradients, tangents, BatchNorm's statistics), was allocated by the step itself (no
   parameter, buffer, input, tangent or constant), is the whole of its storage and has the output's
   shape, dtype and strides, and no other argument of the op reads that storage.
 
-The executor then calls the ``out=`` overload with that input as ``out`` (:mod:`recompute.execute`)
+The executor then calls the ``out=`` overload with that input as ``out``, or the in-place variant on it
+(:mod:`recompute.execute`),
 and the simulator counts no new storage for the step (:func:`recompute.simulate.lifetimes`): the
 same kernel over the same layout, so the values are bitwise the out-of-place op's, and the
 predicted peak stays the measured one.
@@ -31,6 +34,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
+import torch.fx as fx
 
 from .fxnodes import is_random
 from .schedule import Instance, Schedule
@@ -43,9 +47,13 @@ __all__ = ["in_place", "out_overload"]
 
 
 @functools.cache
-def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str] | None:
-    """The ``out=`` overload of the pointwise functional ``op`` and the name of its out argument
-    (``None`` where ``op`` is no such op or has none)."""
+def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str | None] | None:
+    """The overload that writes the pointwise functional ``op``'s output into an existing tensor, and
+    the name of the argument it writes: its ``out=`` overload where that has a kernel of its own; else
+    its in-place variant, which writes into its first argument (``None`` for the name), where the
+    ``out=`` overload is only the generated wrapper that computes into a new tensor and copies it
+    (``relu.out``: a hidden temporary of the output's size, and 10× ``relu_`` on the CPU). ``None``
+    where ``op`` is no such op or has neither."""
     schema = op._schema
     if torch.Tag.pointwise not in op.tags or schema.is_mutable or len(schema.returns) != 1:
         return None
@@ -56,8 +64,23 @@ def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str]
         written = [a.name for a in candidate._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         rest = [(a.name, str(a.type)) for a in candidate._schema.arguments if a.name not in written]
         if len(written) == 1 and rest == args:
-            return candidate, written[0]
+            return (candidate, written[0]) if _computes_in_place(candidate) else _in_place_variant(op)
     return None
+
+
+def _computes_in_place(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` has a kernel of its own on a device (not only the generated composite wrapper)."""
+    return any(op.has_kernel_for_dispatch_key(key) for key in (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA))
+
+
+def _in_place_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, None] | None:
+    """``op_`` (``relu_`` for ``relu``) with ``op``'s arguments, writing into the first, where it exists."""
+    variant = getattr(getattr(torch.ops.aten, op.overloadpacket.__name__ + "_", None), op._overloadname, None)
+    if variant is None or not _computes_in_place(variant):
+        return None
+    first, *rest = variant._schema.arguments
+    same = [(a.name, str(a.type)) for a in variant._schema.arguments] == [(a.name, str(a.type)) for a in op._schema.arguments]
+    return (variant, None) if same and first.alias_info is not None and first.alias_info.is_write else None
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -79,13 +102,16 @@ def in_place(p: "Program", s: Schedule) -> Schedule:
     moved: dict[tuple[int, int], tuple[int, int]] = {}
     for step, (inst, reads) in enumerate(zip(s.steps, s.reads)):
         x = node(inst[0])
-        if not isinstance(x.target, torch._ops.OpOverload) or is_random(x) or out_overload(x.target) is None:
+        rewrite = out_overload(x.target) if isinstance(x.target, torch._ops.OpOverload) and not is_random(x) else None
+        if rewrite is None:
             continue
         out = x.meta.get("val")
         if not isinstance(out, torch.Tensor):
             continue
         read_storages = {r: [moved.get(st, st) for st in life.storages(r)] for r in reads}
-        for r in reads:
+        # an in-place variant (``relu_``) writes into its first argument only
+        first = x.args[0] if x.args and isinstance(x.args[0], fx.Node) else None
+        for r in reads if rewrite[1] is not None else [r for r in reads if first is not None and r[0] == first.name]:
             held = read_storages[r]
             val = node(r[0]).meta.get("val")
             if (len(held) != 1 or held[0] not in made or last.get(held[0]) != step

@@ -8,6 +8,7 @@ import torch
 import recompute
 from recompute.exactness import compare
 from recompute.inplace import out_overload
+from recompute.timing import schedule_calls
 from recompute.measure import default_loss, measure
 from recompute.simulate import simulate
 
@@ -17,9 +18,11 @@ aten = torch.ops.aten
 
 
 def test_pointwise_ops_write_through_their_out_overloads():
-    assert out_overload(aten.relu.default) == (aten.relu.out, "out")
     assert out_overload(aten.add.Tensor) == (aten.add.out, "out")
     assert out_overload(aten.threshold_backward.default) == (aten.threshold_backward.grad_input, "grad_input")
+    # relu.out is a wrapper that computes relu into a new tensor and copies it: relu_ runs in place
+    assert out_overload(aten.relu.default) == (aten.relu_.default, None)
+    assert out_overload(aten.native_dropout_backward.default) is None  # such a wrapper, and no in-place variant
     # no pointwise op, one that draws random numbers, one that already writes, or several outputs
     for op in (aten.convolution.default, aten.cat.default, aten.native_dropout.default, aten.relu_.default,
                aten.native_batch_norm.default):
@@ -48,6 +51,10 @@ def test_a_dense_block_runs_its_relus_and_gradient_sums_in_place_bitwise_at_the_
         placeholders = {n.name for n in g.program.joint.gm.graph.nodes if n.op == "placeholder"}
         for step, target in s.into.items():
             assert last_read[target] == step and target[0] not in placeholders
+        # the time model prices each step as it runs: relu_ and threshold_backward.grad_input, no new output
+        plain, calls = schedule_calls(g.program, p.runs(g)), schedule_calls(g.program, s)
+        assert len(calls) == len(plain) and aten.relu.default not in {c.target for c in calls}
+        assert {aten.relu_.default, aten.threshold_backward.grad_input} <= {c.target for c in calls}
     conv = recompute.trace(torch.nn.Conv2d(3, 4, 3), inputs)  # no pointwise op: nothing in place
     vanilla = recompute.plan(conv, "vanilla")
     assert not vanilla.with_in_place(conv).runs(conv).into and vanilla.with_in_place(conv).peak == vanilla.peak
