@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 
 import recompute
@@ -34,6 +35,10 @@ FIXTURE = ROOT / "tests" / "fixtures" / "paper_figures_results"
 
 
 def _compose(overrides: list[str], hydra_cfg: bool = False):
+    """The composed config, in the caller's ``initialize_config_dir`` where there is one (a test that
+    composes many pays Hydra's set-up once)."""
+    if GlobalHydra.instance().is_initialized():
+        return compose("config", overrides=overrides, return_hydra_config=hydra_cfg)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=hydra_cfg)
 
@@ -64,12 +69,13 @@ def test_config_groups_cover_the_zoo_and_the_methods():
 @pytest.mark.parametrize("net", nets.names())
 def test_every_net_and_method_composes(tmp_path, net):
     spec = nets.spec(net)
-    for method in METHODS:
-        exp = _experiment(tmp_path, f"net={net}", f"method={method}")
-        assert exp.net.name == net and exp.method.name == method
-        assert exp.method.planner in [*recompute.methods(), *baselines.names()]
-        # the net group carries the registry's defaults, and batch/size default to them
-        assert (exp.batch_size, exp.input_size) == (spec.batch_size, spec.input_size[0])
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        for method in METHODS:
+            exp = _experiment(tmp_path, f"net={net}", f"method={method}")
+            assert exp.net.name == net and exp.method.name == method
+            assert exp.method.planner in [*recompute.methods(), *baselines.names()]
+            # the net group carries the registry's defaults, and batch/size default to them
+            assert (exp.batch_size, exp.input_size) == (spec.batch_size, spec.input_size[0])
 
 
 def test_overrides_are_typed_and_keyed(tmp_path):
