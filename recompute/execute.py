@@ -27,9 +27,8 @@ import torch.fx as fx
 from torch.fx.graph import _BoxedCodeGen
 from torch.utils._pytree import tree_unflatten
 
-from .fxnodes import is_random
+from .fxnodes import is_random, out_overload
 from .graph import Graph
-from .inplace import out_overload
 from .plan import Plan
 from .schedule import Instance, Schedule
 from .trace import Program

@@ -29,14 +29,13 @@ predicted peak stays the measured one.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
 
-from .fxnodes import is_random
+from .fxnodes import is_random, out_overload
 from .schedule import Instance, Schedule
 from .simulate import lifetimes
 
@@ -44,43 +43,6 @@ if TYPE_CHECKING:
     from .trace import Program
 
 __all__ = ["in_place", "out_overload"]
-
-
-@functools.cache
-def out_overload(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, str | None] | None:
-    """The overload that writes the pointwise functional ``op``'s output into an existing tensor, and
-    the name of the argument it writes: its ``out=`` overload where that has a kernel of its own; else
-    its in-place variant, which writes into its first argument (``None`` for the name), where the
-    ``out=`` overload is only the generated wrapper that computes into a new tensor and copies it
-    (``relu.out``: a hidden temporary of the output's size, and 10× ``relu_`` on the CPU). ``None``
-    where ``op`` is no such op or has neither."""
-    schema = op._schema
-    if torch.Tag.pointwise not in op.tags or schema.is_mutable or len(schema.returns) != 1:
-        return None
-    args = [(a.name, str(a.type)) for a in schema.arguments]
-    packet = op.overloadpacket
-    for name in packet.overloads():
-        candidate = getattr(packet, name)
-        written = [a.name for a in candidate._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-        rest = [(a.name, str(a.type)) for a in candidate._schema.arguments if a.name not in written]
-        if len(written) == 1 and rest == args:
-            return (candidate, written[0]) if _computes_in_place(candidate) else _in_place_variant(op)
-    return None
-
-
-def _computes_in_place(op: torch._ops.OpOverload) -> bool:
-    """Whether ``op`` has a kernel of its own on a device (not only the generated composite wrapper)."""
-    return any(op.has_kernel_for_dispatch_key(key) for key in (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA))
-
-
-def _in_place_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, None] | None:
-    """``op_`` (``relu_`` for ``relu``) with ``op``'s arguments, writing into the first, where it exists."""
-    variant = getattr(getattr(torch.ops.aten, op.overloadpacket.__name__ + "_", None), op._overloadname, None)
-    if variant is None or not _computes_in_place(variant):
-        return None
-    first, *rest = variant._schema.arguments
-    same = [(a.name, str(a.type)) for a in variant._schema.arguments] == [(a.name, str(a.type)) for a in op._schema.arguments]
-    return (variant, None) if same and first.alias_info is not None and first.alias_info.is_write else None
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -110,8 +72,9 @@ def in_place(p: "Program", s: Schedule) -> Schedule:
             continue
         read_storages = {r: [moved.get(st, st) for st in life.storages(r)] for r in reads}
         # an in-place variant (``relu_``) writes into its first argument only
-        first = x.args[0] if x.args and isinstance(x.args[0], fx.Node) else None
-        for r in reads if rewrite[1] is not None else [r for r in reads if first is not None and r[0] == first.name]:
+        first = x.args[0].name if x.args and isinstance(x.args[0], fx.Node) else None
+        candidates = reads if rewrite[1] is not None else [r for r in reads if r[0] == first]
+        for r in candidates:
             held = read_storages[r]
             val = node(r[0]).meta.get("val")
             if (len(held) != 1 or held[0] not in made or last.get(held[0]) != step
