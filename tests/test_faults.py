@@ -43,8 +43,9 @@ def _experiment(tmp_path: Path, *overrides: str) -> config.AppConfig:
     return config.to_experiment(cfg)
 
 
-def _run_py(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python run.py`` (``-m`` when asked) with the store and outputs under ``tmp_path``."""
+def _run_py_in_a_new_process(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python run.py`` (``-m`` when asked) in a new interpreter, with the store and outputs under ``tmp_path``:
+    for what outlives one run in this process (W&B's service, a sweep restarted). One run: :func:`tests.cli.run_py`."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path / "wandb_home"),
            **(env or {})}
     dirs = [f"results_dir={tmp_path / 'results'}", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.run.dir={tmp_path / 'run'}"]
@@ -200,7 +201,7 @@ def test_an_empty_store_has_every_column(tmp_path):
 
 def test_online_without_network_logs_offline_at_once(tmp_path):
     start = time.perf_counter()
-    out = _run_py(tmp_path, "net=chain", "method=chen", "logger.mode=online", env={"WANDB_BASE_URL": "http://127.0.0.1:9"})
+    out = _run_py_in_a_new_process(tmp_path, "net=chain", "method=chen", "logger.mode=online", env={"WANDB_BASE_URL": "http://127.0.0.1:9"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert time.perf_counter() - start < 90  # wandb.init alone waited ~100 s
     log = out.stdout + out.stderr  # Hydra logs to stdout
@@ -348,7 +349,7 @@ def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_p
     # whose first allocation fails at once (the issue's vgg19 batch 3200): an out-of-memory run is an
     # outcome, stored, and a restart does not run it again
     sweep = ["-m", "net=chain", "device=cpu", "input_size=16,200000", "iterations=1", "warmup=0", "logger.mode=offline"]
-    first = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-1'}")
+    first = _run_py_in_a_new_process(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-1'}")
     assert first.returncode == 0, first.stderr[-3000:]
     runs = {record.read(p).input_size: (p, record.read(p)) for p in (tmp_path / "results").glob("*.json")}
     assert runs[16][1].status == Status.ok
@@ -359,7 +360,7 @@ def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_p
     stamp = done.stat().st_mtime_ns
 
     # the same command again; a new timestamped sweep dir, as Hydra gives a restart
-    again = _run_py(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-2'}")
+    again = _run_py_in_a_new_process(tmp_path, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep-2'}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("skipped") == 1 and done.stat().st_mtime_ns == stamp  # finished runs not redone
     assert killed.exists() and len(_wandb_runs(tmp_path / "sweep-2")) == 1  # a skipped job logs no W&B run
