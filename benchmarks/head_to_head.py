@@ -85,6 +85,8 @@ PLANNING = {"cost_model": "measured", "memory_model": "simulator"}
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
 FAST = 1.3  # the time, × plain training's, within which the issue's bar compares the smallest peaks
+BAR = 0.8  # the issue's bar: our smallest peak ≤ this × PyTorch's smallest within FAST, at ≤ its time
+BAR_BUDGETS = 6  # DP budgets searched at the bar's time where the other searches fall short of it
 
 
 @dataclass
@@ -289,15 +291,18 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
         return bisect(fits, steps=8)[0] if fits(first.plan) else None
 
-    def smallest_within(limit: float) -> None:
+    def smallest_within(limit: float) -> int:
         """Our time-centric plan (and its remat variants) at the smallest planner budget whose step as
         planned takes ≤ ``limit`` seconds: our smallest peak within a PyTorch point's time (the DP's
-        smallest, listed already, where it is that fast)."""
+        smallest, listed already, where it is that fast). Returns that budget."""
         def too_slow(p: Plan | None) -> bool:
             return p is None or cost(split(g, p).forward, split(g, p).backward).seconds > limit
 
-        if too_slow(first.plan):
-            tc(bisect(too_slow, steps=5)[1])
+        if not too_slow(first.plan):
+            return smallest
+        budget = bisect(too_slow, steps=5)[1]
+        tc(budget)
+        return budget
 
     bisected: set[tuple[str, str, int | float]] = set()  # (plan, knob, peak or time) searched already
 
@@ -329,6 +334,13 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         if found is not None:
             add(f"{method}+remat", f"{knob} weight {found[0]:.3g}".strip(), "ours", found[1].forward, found[1].backward)
 
+    def faster_at(budget: int, limit: float) -> None:
+        """Our time-centric plan at ``budget`` with as many cheap ops recomputed as keep its step ≤
+        ``limit`` seconds, where it is that fast as planned."""
+        p = planned(budget)
+        if p is not None and cost(split(g, p).forward, split(g, p).backward).seconds <= limit:
+            remat_faster("approxdp_tc", f"budget {budget / everything:.2f} of vanilla", split(g, p), limit)
+
     def remat_within(method: str, knob: str, part: Any, peak: int) -> None:
         """``part`` with the fewest cheap ops recomputed that hold its step ≤ ``peak``."""
         if (method, knob, peak) not in bisected:
@@ -344,7 +356,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     # matches yet, the DP at the largest budget whose step with cheap ops recomputed fits it (our least
     # time at ≤ that peak) and it and vanilla with as few cheap ops recomputed as reach it, and where
     # that is not enough the DP at the largest budget whose step as planned fits it; below the DP's
-    # smallest peak, its smallest time- and memory-centric plans with as few as reach it
+    # smallest peak, vanilla and its smallest time- and memory-centric plans with as few as reach it
+    # (VGG-19: the DP's smallest with cheap ops recomputed, 4.71 GiB, is above vanilla's, 4.13)
     def matched(t: Point) -> bool:
         """Whether a point of ours found so far reaches ≤ ``t``'s peak at ≤ its time."""
         return dominated(t, [p for p in points + executor if p.family == "ours"])
@@ -355,11 +368,12 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         if matched(t) or t.peak - c.param_bytes >= vanilla.peak:
             continue
         budget = fitted(t.peak)
+        plans = [("vanilla", "", vanilla)]
         if budget is None:
-            plans = [("approxdp_tc", "budget min", first), ("approxdp_mc", "budget min", smallest_mc)]
+            plans += [("approxdp_tc", "budget min", first), ("approxdp_mc", "budget min", smallest_mc)]
         else:
             knob = "budget min" if budget == smallest else f"budget {budget / everything:.2f} of vanilla"
-            plans = [("vanilla", "", vanilla), ("approxdp_tc", knob, tc(budget))]
+            plans.append(("approxdp_tc", knob, tc(budget)))
         for method, knob, part in plans:
             if not matched(t):
                 remat_within(method, knob, part, t.peak)
@@ -370,13 +384,22 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             tc(as_planned)
     # the issue's bar: our smallest peak within the time of PyTorch's smallest within 1.3× plain
     # training's: the DP's smallest budget within it, and each plan of ours within it with as many
-    # cheap ops recomputed as still fit (where its +remat 0 is too slow); and within 1.3×
+    # cheap ops recomputed as still fit (where its +remat 0 is too slow); where that falls short of
+    # the bar, the DP's budgets from that smallest halfway to vanilla's, each with as many cheap ops
+    # recomputed as keep it as fast (a larger budget leaves more time for cheap recomputation, and
+    # the pair that gives the least peak is found by neither search alone: ResNet-50 at the budget-0.5
+    # greedy cut's 1.127× in one run, 3.06 GiB as planned at 0.40 of vanilla, 2.97 at 0.44 with remat 0.5);
+    # and within 1.3×
     if bar := smallest_fast([p for p in points if p.family == "pytorch"] + eager_pts):
         limit = bar.time_ratio * points[0].seconds * (1 + SAME_TIME)
-        smallest_within(limit)
+        low = smallest_within(limit)
         for method, knob, part, seconds in list(mine):
             if seconds[None] <= limit < seconds[0.0]:
                 remat_faster(method, knob, part, limit)
+        best = best_at([p for p in points + executor if p.family == "ours"], ratio=bar.time_ratio)
+        if best is None or best.peak > BAR * bar.peak:
+            for j in range(1, BAR_BUDGETS + 1):
+                faster_at(low + (everything - low) * j // (2 * BAR_BUDGETS), limit)
     smallest_within(FAST * points[0].seconds)
     return points + eager_pts + executor
 
@@ -500,7 +523,7 @@ def best_at(ours: list[Point], *, ratio: float | None = None, peak: int | None =
 
 
 def smallest_fast(theirs: list[Point]) -> Point | None:
-    """PyTorch's smallest peak within :data:`FAST` × plain training's time (the issue's bar: ours ≤ 0.8× of it within the same time)."""
+    """PyTorch's smallest peak within :data:`FAST` × plain training's time (the issue's bar: ours ≤ :data:`BAR` × it within the same time)."""
     fast = [t for t in theirs if t.time_ratio <= FAST]
     return min(fast, key=lambda p: (p.peak, p.time_ratio)) if fast else None
 

@@ -13,7 +13,8 @@ from recompute.timing import BatchExtrapolation, TimeModel, module_calls
 FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "time_ratio", "exact"}
 
 
-def test_head_to_head_runs_end_to_end(tmp_path):
+def test_head_to_head_runs_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(h, "BAR", 0.0)  # a bar never met: the DP's budgets are searched at its time too
     torch._dynamo.reset()
     points = h.run_net("chain", 2, TimeModel(repeats=1, clock="thread"), solvers=("dp", "greedy"),
                        torch_budgets=(0.0, 1.0), batch=4, size=16)
@@ -26,6 +27,9 @@ def test_head_to_head_runs_end_to_end(tmp_path):
     assert eager[0].method == "eager" and eager[0].time_ratio == 1.0 and len(eager) > 1, [p.method for p in eager]
     assert next(p for p in points if p.method == "vanilla").time_ratio == 1.0
     assert {"executor vanilla", "executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= {p.method for p in points}
+    bar = h.smallest_fast([p for p in points if p.family == "pytorch"])
+    searched = [p for p in points if p.method == "approxdp_tc+remat" and "of vanilla weight" in p.knob]
+    assert searched and all(p.time_ratio <= bar.time_ratio * (1 + h.SAME_TIME) for p in searched), (bar, searched)
     h.save(points, tmp_path)
     rows = json.loads((tmp_path / "pareto_chain.json").read_text())
     assert FIELDS <= set(rows[0]) and len(rows) == len(points)
