@@ -69,6 +69,15 @@ def test_a_point_is_dominated_by_one_at_most_its_peak_and_time():
     assert not h.dominated(theirs, [point(101, 1.0), point(90, 1.2)]) and not h.dominated(theirs, [])
 
 
+def test_the_bar_is_the_fastest_of_pytorchs_smallest_peaks_within_the_window():
+    """Peaks a few kilobytes apart are one peak: the bar is the fastest of them (DenseNet-161's
+    budget-0.1 cuts), never one outside :data:`~benchmarks.head_to_head.FAST`."""
+    point = lambda peak, ratio: h.Point("n", 1, 1, "min_cut", "", "pytorch", peak, ratio, ratio, None)  # noqa: E731
+    slow, fast, outside = point(1_335_489_108, 1.294), point(1_335_504_468, 1.166), point(1_000_000_000, 1.31)
+    assert h.smallest_fast([slow, fast, outside, point(1_400_000_000, 1.0)]) is fast
+    assert h.smallest_fast([slow, point(1_400_000_000, 1.0)]) is slow and h.smallest_fast([outside]) is None
+
+
 def test_equal_times_summed_in_another_order_are_equal():
     """A partition that runs the same ops as PyTorch's (moved, not repeated) has the same predicted time
     up to the summation order's rounding: it is as fast, not slower."""
