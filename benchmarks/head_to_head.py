@@ -350,8 +350,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         """``part`` with the most cheap ops recomputed whose step takes ≤ ``limit`` seconds: the smallest
         peak remat reaches from it within that time (``steps`` bisections of the weight)."""
         if (method, knob, limit) not in bisected:
-            too_slow = remat_turn(part, lambda q: cost(q.forward, q.backward).seconds > limit, steps)
-            remat_point(method, knob, limit, too_slow[1])
+            turn = remat_turn(part, lambda q: cost(q.forward, q.backward).seconds > limit, steps)
+            remat_point(method, knob, limit, turn[1])  # the first weight past the turn: fast enough
 
     # the time-centric DP over an even grid; then, at the peak of each PyTorch point no plan of ours
     # matches yet, the DP at the largest budget whose step with cheap ops recomputed fits it (our least
