@@ -97,3 +97,12 @@ def test_the_report_names_the_commit_of_each_networks_points(tmp_path):
     h.save([old], tmp_path)
     assert h.load("a", tmp_path)[0].commit == "abc1234"  # kept in the JSON, read back
     assert h.provenance({"a": [old], "b": [new]}) == "commit abc1234: a; commit def5678: b"
+
+
+def test_the_extrapolation_check_compares_each_op_kind_with_the_probes():
+    from benchmarks import extrapolation
+
+    calls = {b: module_calls(h._capture("chain", b, 16).joint) for b in (*h.PROBES, 8)}
+    rows = extrapolation.compare(calls, [8], top=2)
+    assert [r[:2] for r in rows][0] == [8, "all"] and len(rows) == 3
+    assert float(rows[0][2]) >= max(float(r[2]) for r in rows[1:]) and all(float(r[4]) > 0 for r in rows)
