@@ -27,7 +27,7 @@ import torch.fx as fx
 from torch.fx.graph import _BoxedCodeGen
 from torch.utils._pytree import tree_unflatten
 
-from .fxnodes import is_random, out_overload
+from .fxnodes import is_random, written_into
 from .graph import Graph
 from .plan import Plan
 from .schedule import Instance, Schedule
@@ -149,11 +149,8 @@ class _Graphs:
         by_name = {r[0]: env[r] for r in reads}
         new = graph.node_copy(node, lambda a: by_name[a.name])
         new.meta = dict(node.meta)
-        if into is not None:  # the in-place variant (out None) already reads ``into`` as its first argument
-            op, out = out_overload(node.target)
-            new.target = op
-            if out is not None:
-                new.kwargs = {**new.kwargs, out: env[into]}
+        if into is not None:
+            new.target, new.kwargs = written_into(node.target, new.kwargs, env[into])
         return new
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["output_tensors", "is_random", "runs_once", "out_overload"]
+__all__ = ["output_tensors", "is_random", "runs_once", "out_overload", "written_into"]
 
 
 def output_tensors(val: Any) -> list[tuple[int | None, torch.Tensor]]:
@@ -68,3 +68,10 @@ def _in_place_variant(op: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload,
     first = variant._schema.arguments[0]
     writes_first = first.alias_info is not None and first.alias_info.is_write
     return (variant, None) if writes_first and signature(variant) == signature(op) else None
+
+
+def written_into(op: torch._ops.OpOverload, kwargs: dict[str, Any], target: Any) -> tuple[torch._ops.OpOverload, dict[str, Any]]:
+    """The call of ``op`` with ``kwargs`` rewritten to write its output into ``target`` (its first
+    argument already, where :func:`out_overload` gives the in-place variant)."""
+    rewritten, out = out_overload(op)
+    return rewritten, kwargs if out is None else {**kwargs, out: target}

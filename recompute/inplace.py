@@ -42,7 +42,7 @@ from .simulate import lifetimes
 if TYPE_CHECKING:
     from .trace import Program
 
-__all__ = ["in_place", "out_overload"]
+__all__ = ["in_place"]
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -7,7 +7,7 @@ import torch
 
 import recompute
 from recompute.exactness import compare
-from recompute.inplace import out_overload
+from recompute.fxnodes import out_overload
 from recompute.timing import schedule_calls
 from recompute.measure import default_loss, measure
 from recompute.simulate import simulate
