@@ -27,6 +27,17 @@ def head_commit() -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
 
 
+def shared_cache_bytes(default: int = 32 * 2**20) -> int:
+    """The size of this CPU's last-level cache (the largest cache sysfs lists for cpu0), ``default``
+    where sysfs does not say."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip()
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=default)
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]

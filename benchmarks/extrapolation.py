@@ -1,34 +1,39 @@
 """The head-to-head's batch extrapolation against ops timed at larger batches: per op kind, and per allocator regime.
 
     OMP_NUM_THREADS=1 python -m benchmarks.extrapolation                       # ResNet-50, 224², probes 2 and 4
-    OMP_NUM_THREADS=1 python -m benchmarks.extrapolation --targets 16 32 --net googlenet
+    OMP_NUM_THREADS=1 python -m benchmarks.extrapolation --targets 32 --net googlenet --regimes default huge
 
 The head-to-head prices a paper-scale step by :class:`recompute.timing.BatchExtrapolation`: each op
 of the joint graph timed alone at the probe batches and extended linearly to the paper's. Here the
 same ops are also timed at ``--targets`` batches and compared with what the probes predict for them,
-in two regimes of glibc's allocator:
+under settings of the CPU allocator and the cache, each in a process of its own (the allocator's
+hold for a process's life):
 
-* ``glibc default``: an allocation above the dynamic mmap threshold (at most 32 MiB) is mapped on
-  fresh pages, which the op's first writes fault in; below it, freed memory is reused. At the
-  probes most outputs are below it, at the paper's batch most are above.
+* ``glibc default``: an allocation above glibc's dynamic mmap threshold (at most 32 MiB) is mapped
+  on fresh 4-KiB pages, which the op's first writes fault in; below it, freed memory is reused. At
+  the probes most outputs are below it, at the paper's batch most are above.
 * ``fresh pages``: the threshold fixed at 128 KiB (``mallopt(M_MMAP_THRESHOLD)``), so that every
   output of any size is faulted in, at the probes as at the target.
-
-The first regime runs first: fixing the threshold ends glibc's adjustment for the process.
+* ``huge pages``: PyTorch's ``THP_MEM_ALLOC_ENABLE=1``, every tensor of 2 MiB or more on transparent
+  huge pages, a 512th of the faults (the head-to-head's setting, :data:`~benchmarks.head_to_head.HUGE_PAGES`);
+* and with the shared cache flushed before each timed call, as no op's operands fit in it at the
+  paper's batch (:func:`~benchmarks.head_to_head.probe_model`; slow: a 64-MiB write per timed call).
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import multiprocessing
+import os
 from collections import defaultdict
 
 import torch
 
-from recompute.timing import OpCall, TimeModel, module_calls
+from recompute.timing import OpCall, module_calls
 
 from .common import markdown_table
-from .head_to_head import PROBES, _capture
+from .head_to_head import HUGE_PAGES, PROBES, _capture, probe_model
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 FRESH = 128 * 2**10  # bytes: an mmap threshold below nearly every activation
@@ -39,11 +44,11 @@ def _kind(call: OpCall) -> str:
     return name.split(".")[1] if "." in name else name
 
 
-def compare(calls: dict[int, list[OpCall]], targets: list[int], top: int) -> list[list[object]]:
+def compare(calls: dict[int, list[OpCall]], targets: list[int], top: int, flush: bool = False) -> list[list[object]]:
     """Rows (target, op kind or ``all``, timed s, extrapolated s, timed / extrapolated), the op kinds
     with the most timed seconds first; every op timed once per regime."""
     small, large = PROBES
-    model = TimeModel(repeats=3, clock="thread", enough=0.05)
+    model = probe_model(flush=flush)
     cost = {b: model.costs(c) for b, c in calls.items()}
     rows = []
     for target in targets:
@@ -58,23 +63,42 @@ def compare(calls: dict[int, list[OpCall]], targets: list[int], top: int) -> lis
     return rows
 
 
+# --regimes name → (title, environment, mmap threshold fixed by mallopt or None, shared cache flushed before each timed call)
+REGIMES: dict[str, tuple[str, dict[str, str], int | None, bool]] = {
+    "default": ("glibc default", {"THP_MEM_ALLOC_ENABLE": "0"}, None, False),
+    "fresh": (f"fresh pages (mmap threshold {FRESH // 2**10} KiB)", {"THP_MEM_ALLOC_ENABLE": "0"}, FRESH, False),
+    "huge": ("huge pages (THP_MEM_ALLOC_ENABLE=1), the head-to-head's", HUGE_PAGES, None, False),
+    "flushed": ("huge pages, shared cache flushed", HUGE_PAGES, None, True),
+}
+
+
+def _regime(net: str, size: int, targets: list[int], top: int, threshold: int | None, flush: bool) -> list[list[object]]:
+    """:func:`compare`'s rows, in a process whose allocator was set before its first allocation."""
+    torch.set_num_threads(1)
+    if threshold is not None and ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold) != 1:
+        raise RuntimeError("mallopt(M_MMAP_THRESHOLD) failed: this needs glibc")
+    calls = {b: module_calls(_capture(net, b, size).joint) for b in sorted({*PROBES, *targets})}
+    return compare(calls, targets, top, flush)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="resnet50")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--targets", type=int, nargs="+", default=[16, 32])
     parser.add_argument("--top", type=int, default=6, help="op kinds listed per target")
+    parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    batches = sorted({*PROBES, *args.targets})
-    calls = {b: module_calls(_capture(args.net, b, args.size).joint) for b in batches}
     headers = ["target batch", "ops", "timed s", f"extrapolated from {PROBES} s", "timed / extrapolated"]
-    print(f"{args.net}, {args.size}², one thread\n\nglibc default\n")
-    print(markdown_table(headers, compare(calls, args.targets, args.top)))
-    if ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, FRESH) != 1:
-        raise RuntimeError("mallopt(M_MMAP_THRESHOLD) failed: this needs glibc")
-    print(f"\nfresh pages (mmap threshold {FRESH // 2**10} KiB)\n")
-    print(markdown_table(headers, compare(calls, args.targets, args.top)))
+    print(f"{args.net}, {args.size}², one thread", flush=True)
+    spawn = multiprocessing.get_context("spawn")
+    for title, env, threshold, flush in (REGIMES[r] for r in args.regimes):
+        os.environ.update(env)  # what the spawned process starts with (every regime sets the same keys)
+        pool = spawn.Pool(1)
+        rows = pool.apply(_regime, (args.net, args.size, args.targets, args.top, threshold, flush))
+        pool.close()  # and wait for it: terminating it (``with``) leaks its semaphore
+        pool.join()
+        print(f"\n{title}\n\n{markdown_table(headers, rows)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ Every (forward, backward) pair is priced the same way: its peak by :func:`recomp
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
 :class:`recompute.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
 time) at two probe batches and extended linearly to the paper's (an op of :data:`PROPORTIONAL`
-seconds or more at the small probe in proportion to the batch, untimed at the large one). Both
+seconds or more at the small probe in proportion to the batch, untimed at the large one). The probes
+allocate as the paper-scale calls do (``python -m benchmarks.extrapolation`` compares them): with
+:data:`HUGE_PAGES`, since under glibc's default a paper-scale output is mapped on fresh 4-KiB pages
+that its op faults in, a cost a probe's small outputs, reused from freed memory, do not pay. Both
 partitions run the same ops as the unpartitioned step (random ops are never recomputed by either), so
 every point is ``exact``.
 """
@@ -35,6 +38,7 @@ import gc
 import hashlib
 import json
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
@@ -57,7 +61,7 @@ from recompute.plan import InfeasibleBudget, Plan, spec
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
-from .common import REPO, head_commit, markdown_table, write_atomic, write_section
+from .common import REPO, head_commit, markdown_table, shared_cache_bytes, write_atomic, write_section
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
@@ -73,6 +77,9 @@ EAGER_BASELINES: list[tuple[str, dict[str, Any]]] = [
 ]
 EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, then the price of a recomputed byte
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
+# PyTorch's CPU allocator maps a tensor of 2 MiB or more on transparent huge pages (read once per
+# process, at its first allocation: set before the networks' processes start); a user's own setting stands
+HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
 PROPORTIONAL = 0.1  # seconds at the small probe from which an op is extended in proportion to the batch
 # the order the networks are handed to the jobs: the longest first, so that no long one starts last (at
 # 84d811a, 24:28 in all: DenseNet-161 789 s, ResNet-152 575, PSPNet 435, U-Net 385 of which 296 timing its
@@ -643,13 +650,23 @@ def report(done: dict[str, list[Point]], header: str) -> str:
     return "\n\n".join([header, markdown_table(VERDICT_HEADERS, [verdict(done[n]) for n in names]), *tables])
 
 
+def probe_model(repeats: int = 3, enough: float = 0.05, lock: Any = None, flush: bool = False) -> TimeModel:
+    """How the head-to-head times the probes: one thread, thread CPU time. ``flush``: the shared cache
+    flushed before each timed call (``benchmarks.extrapolation``'s last regime). At the paper's batch
+    no op's operands fit in the shared cache, at the probes many do: GoogLeNet's ops timed at batches 2
+    and 4 extend to 0.68× of their time at 32 (``sub`` 0.25×), flushed to 0.91×. The head-to-head does
+    not flush: it made DenseNet-161's probe timing 12× longer."""
+    return TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough,
+                     flush_bytes=2 * shared_cache_bytes() if flush else 0)
+
+
 def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any) -> tuple[list[Point], dict[str, float]]:
     """One network's points in a process of its own (one thread: the op timings assume it), timing ops
     only while holding ``lock`` (the jobs' planning runs beside another's timing, never two timings),
     and where the time went: in all, timing ops, waiting for the lock."""
     torch.set_num_threads(1)
     start = time.perf_counter()
-    model_t = TimeModel(repeats=repeats, clock="thread", lock=lock, enough=enough)
+    model_t = probe_model(repeats, enough, lock)
     points = run_net(name, budgets, model_t, own_process=True)
     return points, {"all": time.perf_counter() - start, **model_t.spent}
 
@@ -666,7 +683,10 @@ def main() -> None:
     commit = head_commit()
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     start = time.perf_counter()
-    command = f"OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
+    for key, value in HUGE_PAGES.items():
+        os.environ.setdefault(key, value)
+    overridden = "".join(f"{k}={os.environ[k]} " for k, v in HUGE_PAGES.items() if os.environ[k] != v)
+    command = f"{overridden}OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
     spawn = multiprocessing.get_context("spawn")
     # a fresh process per network: what run_net(own_process=True) keeps from the collector dies with it
     with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
