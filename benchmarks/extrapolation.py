@@ -27,6 +27,7 @@ import ctypes
 import multiprocessing
 import os
 from collections import defaultdict
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -37,6 +38,7 @@ from .head_to_head import HUGE_PAGES, PROBES, _capture, probe_model
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 FRESH = 128 * 2**10  # bytes: an mmap threshold below nearly every activation
+T = TypeVar("T")
 
 
 def _kind(call: OpCall) -> str:
@@ -81,6 +83,17 @@ def _regime(net: str, size: int, targets: list[int], top: int, threshold: int | 
     return compare(calls, targets, top, flush)
 
 
+def in_process(env: dict[str, str], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a spawned process that starts with ``env`` in its environment (set here too:
+    a process inherits the environment it is started with)."""
+    os.environ.update(env)
+    pool = multiprocessing.get_context("spawn").Pool(1)
+    result = pool.apply(fn, args)
+    pool.close()  # and wait for it: terminating it (``with``) leaks its semaphore
+    pool.join()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="resnet50")
@@ -91,13 +104,8 @@ def main() -> None:
     args = parser.parse_args()
     headers = ["target batch", "ops", "timed s", f"extrapolated from {PROBES} s", "timed / extrapolated"]
     print(f"{args.net}, {args.size}², one thread", flush=True)
-    spawn = multiprocessing.get_context("spawn")
-    for title, env, threshold, flush in (REGIMES[r] for r in args.regimes):
-        os.environ.update(env)  # what the spawned process starts with (every regime sets the same keys)
-        pool = spawn.Pool(1)
-        rows = pool.apply(_regime, (args.net, args.size, args.targets, args.top, threshold, flush))
-        pool.close()  # and wait for it: terminating it (``with``) leaks its semaphore
-        pool.join()
+    for title, env, threshold, flush in (REGIMES[r] for r in args.regimes):  # every regime sets the same keys
+        rows = in_process(env, _regime, args.net, args.size, args.targets, args.top, threshold, flush)
         print(f"\n{title}\n\n{markdown_table(headers, rows)}", flush=True)
 
 

@@ -106,3 +106,14 @@ def test_the_extrapolation_check_compares_each_op_kind_with_the_probes():
     rows = extrapolation.compare(calls, [8], top=2)
     assert [r[:2] for r in rows][0] == [8, "all"] and len(rows) == 3
     assert float(rows[0][2]) >= max(float(r[2]) for r in rows[1:]) and all(float(r[4]) > 0 for r in rows)
+
+
+def test_each_allocator_regime_runs_in_a_process_started_with_its_setting(monkeypatch):
+    import os
+
+    from benchmarks import extrapolation
+
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")  # restored after the test: in_process sets it here too
+    for _, env, _, _ in extrapolation.REGIMES.values():
+        assert extrapolation.in_process(env, os.getenv, "THP_MEM_ALLOC_ENABLE") == env["THP_MEM_ALLOC_ENABLE"]
+    assert h.HUGE_PAGES in [env for _, env, _, _ in extrapolation.REGIMES.values()]  # the head-to-head's is checked
