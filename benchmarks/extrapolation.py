@@ -1,13 +1,13 @@
 """The head-to-head's batch extrapolation against ops timed at larger batches: per op kind, and per allocator regime.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.extrapolation                       # ResNet-50, 224², probes 2 and 4
+    OMP_NUM_THREADS=1 python -m benchmarks.extrapolation                       # ResNet-50, 224², its probes (2 and 4)
     OMP_NUM_THREADS=1 python -m benchmarks.extrapolation --targets 32 --net googlenet --regimes default huge
 
 The head-to-head prices a paper-scale step by :class:`recompute.timing.BatchExtrapolation`: each op
-of the joint graph timed alone at the probe batches and extended linearly to the paper's. Here the
-same ops are also timed at ``--targets`` batches and compared with what the probes predict for them,
-under settings of the CPU allocator and the cache, each in a process of its own (the allocator's
-hold for a process's life):
+of the joint graph timed alone at the probe batches (``--probes``, else the network's in the
+head-to-head) and extended linearly to the paper's. Here the same ops are also timed at ``--targets``
+batches and compared with what the probes predict for them, under settings of the CPU allocator and
+the cache, each in a process of its own (the allocator's hold for a process's life):
 
 * ``glibc default``: an allocation above glibc's dynamic mmap threshold (at most 32 MiB) is mapped
   on fresh 4-KiB pages, which the op's first writes fault in; below it, freed memory is reused. At
@@ -34,7 +34,7 @@ import torch
 from recompute.timing import OpCall, module_calls
 
 from .common import markdown_table
-from .head_to_head import HUGE_PAGES, PROBES, _capture, probe_model
+from .head_to_head import HUGE_PAGES, PROBES, PROBES_OF, _capture, probe_model
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 FRESH = 128 * 2**10  # bytes: an mmap threshold below nearly every activation
@@ -46,10 +46,11 @@ def _kind(call: OpCall) -> str:
     return name.split(".")[1] if "." in name else name
 
 
-def compare(calls: dict[int, list[OpCall]], targets: list[int], top: int, flush: bool = False) -> list[list[object]]:
-    """Rows (target, op kind or ``all``, timed s, extrapolated s, timed / extrapolated), the op kinds
-    with the most timed seconds first; every op timed once per regime."""
-    small, large = PROBES
+def compare(calls: dict[int, list[OpCall]], targets: list[int], top: int, flush: bool = False,
+            probes: tuple[int, int] = PROBES) -> list[list[object]]:
+    """Rows (target, op kind or ``all``, timed s, extrapolated from ``probes`` s, timed / extrapolated),
+    the op kinds with the most timed seconds first; every op timed once per regime."""
+    small, large = probes
     model = probe_model(flush=flush)
     cost = {b: model.costs(c) for b, c in calls.items()}
     rows = []
@@ -74,13 +75,14 @@ REGIMES: dict[str, tuple[str, dict[str, str], int | None, bool]] = {
 }
 
 
-def _regime(net: str, size: int, targets: list[int], top: int, threshold: int | None, flush: bool) -> list[list[object]]:
+def _regime(net: str, size: int, targets: list[int], top: int, threshold: int | None, flush: bool,
+            probes: tuple[int, int]) -> list[list[object]]:
     """:func:`compare`'s rows, in a process whose allocator was set before its first allocation."""
     torch.set_num_threads(1)
     if threshold is not None and ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold) != 1:
         raise RuntimeError("mallopt(M_MMAP_THRESHOLD) failed: this needs glibc")
-    calls = {b: module_calls(_capture(net, b, size).joint) for b in sorted({*PROBES, *targets})}
-    return compare(calls, targets, top, flush)
+    calls = {b: module_calls(_capture(net, b, size).joint) for b in sorted({*probes, *targets})}
+    return compare(calls, targets, top, flush, probes)
 
 
 def in_process(env: dict[str, str], fn: Callable[..., T], *args: Any) -> T:
@@ -101,11 +103,13 @@ def main() -> None:
     parser.add_argument("--targets", type=int, nargs="+", default=[16, 32])
     parser.add_argument("--top", type=int, default=6, help="op kinds listed per target")
     parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
+    parser.add_argument("--probes", type=int, nargs=2, help="small and large probe batch (default: the head-to-head's for --net)")
     args = parser.parse_args()
-    headers = ["target batch", "ops", "timed s", f"extrapolated from {PROBES} s", "timed / extrapolated"]
+    probes = tuple(args.probes) if args.probes else PROBES_OF.get(args.net, PROBES)
+    headers = ["target batch", "ops", "timed s", f"extrapolated from {probes} s", "timed / extrapolated"]
     print(f"{args.net}, {args.size}², one thread", flush=True)
     for title, env, threshold, flush in (REGIMES[r] for r in args.regimes):  # every regime sets the same keys
-        rows = in_process(env, _regime, args.net, args.size, args.targets, args.top, threshold, flush)
+        rows = in_process(env, _regime, args.net, args.size, args.targets, args.top, threshold, flush, probes)
         print(f"\n{title}\n\n{markdown_table(headers, rows)}", flush=True)
 
 
