@@ -34,7 +34,7 @@ import torch
 from recompute.timing import OpCall, module_calls
 
 from .common import markdown_table
-from .head_to_head import HUGE_PAGES, PROBES, PROBES_OF, _capture, probe_model
+from .head_to_head import HUGE_PAGES, PROBES, _capture, probe_model, probes_of
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 FRESH = 128 * 2**10  # bytes: an mmap threshold below nearly every activation
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     parser.add_argument("--probes", type=int, nargs=2, help="small and large probe batch (default: the head-to-head's for --net)")
     args = parser.parse_args()
-    probes = tuple(args.probes) if args.probes else PROBES_OF.get(args.net, PROBES)
+    probes = tuple(args.probes) if args.probes else probes_of(args.net)
     headers = ["target batch", "ops", "timed s", f"extrapolated from {probes} s", "timed / extrapolated"]
     print(f"{args.net}, {args.size}², one thread", flush=True)
     for title, env, threshold, flush in (REGIMES[r] for r in args.regimes):  # every regime sets the same keys

@@ -81,6 +81,7 @@ PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops dif
 # GoogLeNet's many small ops cost 0.54, 0.50, 0.54, 0.59 and 0.62 s per sample at batches 2 to 32, so
 # probes at 2 and 4 extend to 0.76× of its ops' time at 32, at 4 and 8 to 0.92×, at 8 and 16 to 1.00×
 PROBES_OF = {"googlenet": (8, 16)}
+
 # PyTorch's CPU allocator maps a tensor of 2 MiB or more on transparent huge pages (read once per
 # process, at its first allocation: set before the networks' processes start); a user's own setting stands
 HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
@@ -152,11 +153,16 @@ def _fingerprint(gm: fx.GraphModule) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
+def probes_of(name: str) -> tuple[int, int]:
+    """The batches network ``name``'s ops are timed at."""
+    return PROBES_OF.get(name, PROBES)
+
+
 def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: TimeModel) -> BatchExtrapolation:
     """Op costs at ``batch`` from the same step's joint graph timed at the network's probe batches
     (:data:`PROBES_OF`, else :data:`PROBES`; at ``batch`` itself where it is no larger than the small
     probe: PSPNet's 2)."""
-    probes = PROBES_OF.get(name, PROBES)
+    probes = probes_of(name)
     small, large = probes if batch > probes[0] else (batch, batch)
     ex = BatchExtrapolation(model_t, small, large, batch, proportional=PROPORTIONAL)
     captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large, batch)}
