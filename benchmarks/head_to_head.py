@@ -79,8 +79,9 @@ EAGER = [("eager", {}), *EAGER_BASELINES]  # recompute.backend(remat=...): off, 
 PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops differently)
 # where those under-price the paper's batch (``benchmarks.extrapolation``, huge pages, ops at batch 32):
 # GoogLeNet's many small ops cost 0.54, 0.50, 0.54, 0.59 and 0.62 s per sample at batches 2 to 32, so
-# probes at 2 and 4 extend to 0.76× of its ops' time at 32, at 4 and 8 to 0.92×, at 8 and 16 to 1.00×
-PROBES_OF = {"googlenet": (8, 16)}
+# probes at 2 and 4 extend to 0.76× of its ops' time at 32, at 4 and 8 to 0.92×, at 8 and 16 to 1.00×;
+# DenseNet-161's probes at 2 and 4 to 0.78× (``sub`` 0.49×, ``mul`` 0.61×), at 4 and 8 to 0.88×
+PROBES_OF = {"googlenet": (8, 16), "densenet161": (4, 8)}
 
 # PyTorch's CPU allocator maps a tensor of 2 MiB or more on transparent huge pages (read once per
 # process, at its first allocation: set before the networks' processes start); a user's own setting stands
