@@ -82,7 +82,6 @@ PROBES = (2, 4)  # batches the ops are timed at (batch 1 decomposes some ops dif
 # probes at 2 and 4 extend to 0.76× of its ops' time at 32, at 4 and 8 to 0.92×, at 8 and 16 to 1.00×;
 # DenseNet-161's probes at 2 and 4 to 0.78× (``sub`` 0.49×, ``mul`` 0.61×), at 4 and 8 to 0.88×
 PROBES_OF = {"googlenet": (8, 16), "densenet161": (4, 8)}
-
 # PyTorch's CPU allocator maps a tensor of 2 MiB or more on transparent huge pages (read once per
 # process, at its first allocation: set before the networks' processes start); a user's own setting stands
 HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}

@@ -53,9 +53,10 @@ def test_a_batch_no_larger_than_the_probes_is_timed_at_itself():
 
 def test_a_network_can_have_probes_of_its_own(monkeypatch):
     monkeypatch.setitem(h.PROBES_OF, "chain", (3, 5))
-    ex = h.time_model("chain", 16, h._capture("chain", 6, 16), 6, TimeModel(repeats=1, clock="thread"))
+    target = h._capture("chain", 6, 16)
+    ex = h.time_model("chain", 16, target, 6, TimeModel(repeats=1, clock="thread"))
     assert (ex.small, ex.large, ex.target) == (3, 5, 6)
-    assert ex.seconds(module_calls(h._capture("chain", 6, 16).joint)) > 0  # its probes were traced at 3 and 5
+    assert ex.seconds(module_calls(target.joint)) > 0  # its probes were traced at 3 and 5
 
 
 def test_probe_steps_run_only_where_an_op_key_has_no_probe(monkeypatch):
