@@ -357,7 +357,7 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
         """Our time-centric plan at ``budget`` with as many cheap ops recomputed as keep its step ≤
         ``limit`` seconds, where it is that fast as planned and, with every cheap op recomputed (the
         least peak remat reaches from it), ≤ ``target`` bytes: a search that cannot reach the bar is
-        not run (DenseNet-161 at bfdae25: four searches from 1.68 GiB for a bar of 0.99, ~300 s)."""
+        not run (DenseNet-161 at bfdae25: four searches from 1.68 GiB for a bar of 0.99 GiB)."""
         p = planned(budget)
         if (p is not None and simulated(split(g, p, 0.0)) <= target
                 and cost(split(g, p).forward, split(g, p).backward).seconds <= limit):
@@ -408,8 +408,8 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     # the issue's bar: our smallest peak within the time of PyTorch's smallest within 1.3× plain
     # training's: the DP's smallest budget within it, and each plan of ours within it with as many
     # cheap ops recomputed as still fit (where its +remat 0 is too slow); where that falls short of
-    # the bar, the DP's budgets from that smallest halfway to vanilla's, each with as many cheap ops
-    # recomputed as keep it as fast (a larger budget leaves more time for cheap recomputation, and
+    # the bar, the DP's budgets from that smallest halfway to vanilla's whose plan with every cheap op
+    # recomputed reaches the bar, each with as many recomputed as keep it as fast (a larger budget leaves more time for cheap recomputation, and
     # the pair that gives the least peak is found by neither search alone: ResNet-50 at the budget-0.5
     # greedy cut's 1.127× in one run, 3.06 GiB as planned at 0.40 of vanilla, 2.97 at 0.44 with remat 0.5);
     # and within 1.3×
