@@ -41,7 +41,8 @@ FRESH = 128 * 2**10  # bytes: an mmap threshold below nearly every activation
 T = TypeVar("T")
 
 
-def _kind(call: OpCall) -> str:
+def op_kind(call: OpCall) -> str:
+    """The ATen op a call runs, without its overload (``convolution_backward``)."""
     name = str(call.target)
     return name.split(".")[1] if "." in name else name
 
@@ -59,8 +60,8 @@ def compare(calls: dict[int, list[OpCall]], targets: list[int], top: int, flush:
         extended = [s + max(l - s, 0.0) * slope for s, l in zip(cost[small], cost[large])]
         kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         for call, timed, predicted in zip(calls[target], cost[target], extended):
-            kinds[_kind(call)][0] += timed
-            kinds[_kind(call)][1] += predicted
+            kinds[op_kind(call)][0] += timed
+            kinds[op_kind(call)][1] += predicted
         ranked = [("all", [sum(cost[target]), sum(extended)]), *sorted(kinds.items(), key=lambda kv: -kv[1][0])[:top]]
         rows += [[target, kind, f"{t:.3f}", f"{e:.3f}", f"{t / e:.2f}"] for kind, (t, e) in ranked]
     return rows

@@ -158,12 +158,18 @@ def probes_of(name: str) -> tuple[int, int]:
     return PROBES_OF.get(name, PROBES)
 
 
+def probe_batches(name: str, batch: int) -> tuple[int, int]:
+    """The batches ``name``'s ops are timed at for a step at ``batch``: its probes (:func:`probes_of`),
+    or ``batch`` itself where it is no larger than the small probe (PSPNet's 2)."""
+    probes = probes_of(name)
+    return probes if batch > probes[0] else (batch, batch)
+
+
 def time_model(name: str, size: int, target: JointCapture, batch: int, model_t: TimeModel) -> BatchExtrapolation:
     """Op costs at ``batch`` from the same step's joint graph timed at the network's probe batches
     (:data:`PROBES_OF`, else :data:`PROBES`; at ``batch`` itself where it is no larger than the small
     probe: PSPNet's 2)."""
-    probes = probes_of(name)
-    small, large = probes if batch > probes[0] else (batch, batch)
+    small, large = probe_batches(name, batch)
     ex = BatchExtrapolation(model_t, small, large, batch, proportional=PROPORTIONAL)
     captured = {b: target if b == batch else _capture(name, b, size) for b in (small, large, batch)}
     ex.add(*(module_calls(captured[b].joint) for b in (small, large, batch)))

@@ -1,0 +1,95 @@
+"""Plain eager training's step beside our executor's plain step, priced by the head-to-head's time model in rounds.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.plain_steps --net vgg19 --rounds 4
+
+PyTorch's plain eager step and ours without recomputation (``recompute.plan(graph, "vanilla")``, as
+planned and in place, :meth:`~recompute.Plan.with_in_place`) run the same ATen calls, but where ours
+writes into a tensor that exists (ReLU's backward: ``threshold_backward.grad_input``) or decomposes
+an op otherwise (dropout). In the head-to-head the keys they do not share are timed minutes apart,
+beside the other job. Here each round times every op of the three steps afresh, one step right after
+the other (the order turned round from one round to the next), at the head-to-head's probe batches and
+on huge pages as it does, so that the steps' difference shows beside the rounds' spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from functools import lru_cache
+
+import torch
+
+import recompute
+from recompute import nets
+from recompute.measure import default_loss
+from recompute.timing import BatchExtrapolation, OpCall, schedule_calls
+
+from .common import markdown_table
+from .extrapolation import in_process, op_kind
+from .head_to_head import HUGE_PAGES, PROPORTIONAL, _eager_calls, probe_batches, probe_model
+
+STEPS = ("eager", "ours", "ours in place")
+
+
+@lru_cache(maxsize=None)
+def _graph(net: str, batch: int, size: int) -> recompute.Graph:
+    model, inputs = nets.build(net, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
+    return recompute.trace(model, inputs, loss_fn=default_loss)
+
+
+def step_calls(net: str, batch: int, size: int, step: str) -> list[OpCall]:
+    """The ATen calls of one plain step (:data:`STEPS`) of ``net`` at ``batch`` × ``size``²."""
+    if step == "eager":
+        return _eager_calls(net, batch, size, "eager", {})
+    g = _graph(net, batch, size)
+    p = recompute.plan(g, "vanilla")
+    return schedule_calls(g.program, (p.with_in_place(g) if step == "ours in place" else p).runs(g))
+
+
+def rounds(net: str, batch: int, size: int, count: int) -> tuple[list[list[object]], list[list[object]]]:
+    """Rows (round, step timed first, seconds of each step, ours ÷ eager) for ``count`` rounds, and rows
+    (op kind, median seconds of each step) for the op kinds whose seconds differ between the steps."""
+    torch.set_num_threads(1)
+    small, large = probe_batches(net, batch)
+    calls = {s: {b: step_calls(net, b, size, s) for b in {small, large, batch}} for s in STEPS}
+    per_round, kinds = [], defaultdict(lambda: defaultdict(list))
+    for r in range(count):
+        ex = BatchExtrapolation(probe_model(), small, large, batch, proportional=PROPORTIONAL)
+        for s in STEPS:
+            ex.add(calls[s][small], calls[s][large], calls[s][batch])
+        order = STEPS if r % 2 == 0 else STEPS[::-1]
+        seconds = {s: ex.seconds(calls[s][batch]) for s in order}  # each step's new keys timed in turn
+        per_round.append([r + 1, order[0], *(f"{seconds[s]:.3f}" for s in STEPS),
+                          *(f"{seconds[s] / seconds['eager']:.4f}" for s in STEPS[1:])])
+        for s in STEPS:
+            by_kind: dict[str, float] = defaultdict(float)
+            for c, t in zip(calls[s][batch], ex.costs(calls[s][batch])):
+                by_kind[op_kind(c)] += t
+            for k in set(by_kind) | set(kinds):
+                kinds[k][s].append(by_kind.get(k, 0.0))
+    medians = {k: {s: statistics.median(v[s]) if v[s] else 0.0 for s in STEPS} for k, v in kinds.items()}
+    differ = sorted((k for k, m in medians.items() if len({round(m[s], 3) for s in STEPS}) > 1),
+                    key=lambda k: -max(medians[k].values()))
+    return per_round, [[k, *(f"{medians[k][s]:.3f}" for s in STEPS)] for k in differ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", default="vgg19")
+    parser.add_argument("--batch", type=int, help="default: the paper's")
+    parser.add_argument("--size", type=int, help="default: the paper's")
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    paper = nets.spec(args.net)
+    batch, size = args.batch or paper.batch_size, args.size or paper.input_size[0]
+    per_round, kinds = in_process(HUGE_PAGES, rounds, args.net, batch, size, args.rounds)
+    print(f"{args.net}, batch {batch}, {size}², one thread, huge pages, probes {probe_batches(args.net, batch)}\n")
+    print(markdown_table(["round", "timed first", *(f"{s} s" for s in STEPS), *(f"{s} ÷ eager" for s in STEPS[1:])],
+                         per_round))
+    print("\nop kinds whose seconds differ (median over the rounds)\n")
+    print(markdown_table(["op kind", *(f"{s} s" for s in STEPS)], kinds))
+
+
+if __name__ == "__main__":
+    main()
