@@ -415,9 +415,10 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     # training's: the DP's smallest budget within it, and each plan of ours within it with as many
     # cheap ops recomputed as still fit (where its +remat 0 is too slow); where that falls short of
     # the bar, the DP's budgets from that smallest halfway to vanilla's whose plan with every cheap op
-    # recomputed reaches the bar, each with as many recomputed as keep it as fast (a larger budget leaves more time for cheap recomputation, and
-    # the pair that gives the least peak is found by neither search alone: ResNet-50 at the budget-0.5
-    # greedy cut's 1.127× in one run, 3.06 GiB as planned at 0.40 of vanilla, 2.97 at 0.44 with remat 0.5);
+    # recomputed reaches the bar, each with as many recomputed as keep it as fast (a larger budget
+    # leaves more time for cheap recomputation, and the pair that gives the least peak is found by
+    # neither search alone: ResNet-50 at the budget-0.5 greedy cut's 1.127× in one run, 3.06 GiB as
+    # planned at 0.40 of vanilla, 2.97 at 0.44 with remat 0.5);
     # and within 1.3×
     if bar := smallest_fast([p for p in points if p.family == "pytorch"] + eager_pts):
         limit = bar.time_ratio * points[0].seconds * (1 + SAME_TIME)

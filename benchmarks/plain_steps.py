@@ -53,7 +53,8 @@ def rounds(net: str, batch: int, size: int, count: int) -> tuple[list[list[objec
     torch.set_num_threads(1)
     small, large = probe_batches(net, batch)
     calls = {s: {b: step_calls(net, b, size, s) for b in {small, large, batch}} for s in STEPS}
-    per_round, kinds = [], defaultdict(lambda: defaultdict(list))
+    per_round: list[list[object]] = []
+    by_kind: dict[str, list[dict[str, float]]] = {s: [] for s in STEPS}  # each round's seconds per op kind
     for r in range(count):
         ex = BatchExtrapolation(probe_model(), small, large, batch, proportional=PROPORTIONAL)
         for s in STEPS:
@@ -63,12 +64,12 @@ def rounds(net: str, batch: int, size: int, count: int) -> tuple[list[list[objec
         per_round.append([r + 1, order[0], *(f"{seconds[s]:.3f}" for s in STEPS),
                           *(f"{seconds[s] / seconds['eager']:.4f}" for s in STEPS[1:])])
         for s in STEPS:
-            by_kind: dict[str, float] = defaultdict(float)
+            kinds: dict[str, float] = defaultdict(float)
             for c, t in zip(calls[s][batch], ex.costs(calls[s][batch])):
-                by_kind[op_kind(c)] += t
-            for k in set(by_kind) | set(kinds):
-                kinds[k][s].append(by_kind.get(k, 0.0))
-    medians = {k: {s: statistics.median(v[s]) if v[s] else 0.0 for s in STEPS} for k, v in kinds.items()}
+                kinds[op_kind(c)] += t
+            by_kind[s].append(kinds)
+    every = {k for s in STEPS for kinds in by_kind[s] for k in kinds}
+    medians = {k: {s: statistics.median(kinds.get(k, 0.0) for kinds in by_kind[s]) for s in STEPS} for k in every}
     differ = sorted((k for k, m in medians.items() if len({round(m[s], 3) for s in STEPS}) > 1),
                     key=lambda k: -max(medians[k].values()))
     return per_round, [[k, *(f"{medians[k][s]:.3f}" for s in STEPS)] for k in differ]
