@@ -43,6 +43,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -193,6 +194,12 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     size = paper.input_size[0] if size is None else size
     c = _capture(name, batch, size)
     ex = time_model(name, size, c, batch, model_t)
+    # our executor's plain steps (traced here, before the collector is set aside: the traces are kept
+    # for the executor's points) are priced right after plain eager training's below, so that the keys
+    # they do not share with it (ReLU's backward into its input, dropout's fused op) are timed back to
+    # back with its own: timed minutes apart, 0.2 s of VGG-19's 146-s step once put ours above eager's,
+    # which its ops timed together put below in every round (``benchmarks.plain_steps``)
+    plain = [ex.probe(step_calls(name, batch, size, s), lambda b, s=s: step_calls(name, b, size, s)) for s in PLAIN]
     if own_process:
         gc.collect()
         gc.freeze()
@@ -256,7 +263,10 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
             if b in SOLVER_FREE:
                 solver_free[b] = fw, bw
             add("min_cut", f"budget {b:g}, {solver}", "pytorch", fw, bw)
-    eager_pts = eager_points(name, batch, size, ex, eager)
+    eager_pts = eager_points(name, batch, size, ex, eager[:1])
+    for calls in plain:
+        ex.seconds(calls)
+    eager_pts += eager_points(name, batch, size, ex, eager[1:], eager_pts[0].seconds if eager_pts else None)
     executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None)
     ours("vanilla", "", vanilla)
     first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
@@ -453,24 +463,18 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen calls against
     plain eager training's (``eager_seconds``), the step traced at the probe batches too where an op key
     has no probe yet (a trace of DenseNet-161 takes half a minute)."""
-    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
-    graphs = {batch: recompute.trace(model, inputs, loss_fn=default_loss)}
+    model, _ = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-
-    def traced(b: int) -> recompute.Graph:
-        if b not in graphs:
-            graphs[b] = recompute.trace(*nets.build(name, batch_size=b, input_size=size, seed=0, fake_inputs=True),
-                                        loss_fn=default_loss)
-        return graphs[b]
+    traced = traced_step(name, batch, size)
 
     def probed(p: Plan) -> list[OpCall]:
         """``p``'s ATen calls at the target batch, matched at the probe batches where a key needs it."""
-        return ex.probe(schedule_calls(graphs[batch].program, p.runs(graphs[batch])),
-                        lambda b: schedule_calls(traced(b).program, p.runs(traced(b))))
+        return ex.probe(schedule_calls(traced.program, p.runs(traced)),
+                        lambda b: schedule_calls(traced_step(name, b, size).program, p.runs(traced_step(name, b, size))))
 
     # the forward ops probed first, so that the planners price each node in extrapolated seconds
-    probed(recompute.plan(graphs[batch], "vanilla"))
-    g = replace(graphs[batch], time=costs.cost(PLANNING["cost_model"], graphs[batch].program, time_model=ex),
+    probed(recompute.plan(traced, "vanilla"))
+    g = replace(traced, time=costs.cost(PLANNING["cost_model"], traced.program, time_model=ex),
                 cost_model=PLANNING["cost_model"])
     dp = {"memory_model": PLANNING["memory_model"]}
     plain = recompute.plan(g, "vanilla")
@@ -494,6 +498,27 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     return points
 
 
+@lru_cache(maxsize=None)
+def traced_step(name: str, batch: int, size: int) -> recompute.Graph:
+    """``recompute.trace`` of ``name``'s training step at ``batch`` × ``size``² (on fake inputs; each
+    once per process: DenseNet-161's takes half a minute)."""
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
+    return recompute.trace(model, inputs, loss_fn=default_loss)
+
+
+PLAIN = ("ours", "ours in place")  # our executor's plain steps: vanilla as planned, and in place
+
+
+def step_calls(name: str, batch: int, size: int, step: str) -> list[OpCall]:
+    """The ATen calls of one plain step of ``name`` at ``batch`` × ``size``²: ``eager`` (plain eager
+    training) or one of :data:`PLAIN`."""
+    if step == "eager":
+        return _eager_calls(name, batch, size, "eager", {})
+    g = traced_step(name, batch, size)
+    p = recompute.plan(g, "vanilla")
+    return schedule_calls(g.program, (p.with_in_place(g) if step == "ours in place" else p).runs(g))
+
+
 def _eager_calls(name: str, batch: int, size: int, method: str, options: dict[str, Any]) -> list[OpCall]:
     """The ATen calls of one eager step of ``method`` (``eager``: plain training) on the meta device,
     written as the CPU's (where the time model runs them)."""
@@ -514,9 +539,10 @@ def _eager_peak(name: str, batch: int, size: int, method: str, options: dict[str
 
 
 def eager_points(name: str, batch: int, size: int, ex: BatchExtrapolation,
-                 methods: Sequence[tuple[str, dict[str, Any]]]) -> list[Point]:
-    """PyTorch's eager methods (and plain eager training first, their time reference): peak on the
-    ``fake`` backend, time of their recorded ATen calls extrapolated from the probe batches."""
+                 methods: Sequence[tuple[str, dict[str, Any]]], reference: float | None = None) -> list[Point]:
+    """PyTorch's eager methods (and plain eager training first, their time reference, unless
+    ``reference`` gives its seconds): peak on the ``fake`` backend, time of their recorded ATen calls
+    extrapolated from the probe batches."""
     points: list[Point] = []
     for method, options in methods:
         knob = ", ".join(f"{k}={'√n' if (k, v) == ('segments', 0) else v}" for k, v in options.items())
@@ -531,8 +557,8 @@ def eager_points(name: str, batch: int, size: int, ex: BatchExtrapolation,
             print(f"{name} {method} {knob}: did not run ({type(e).__name__}: {str(e)[:200]})", flush=True)
             continue
         seconds = ex.seconds(target)
-        ratio = seconds / points[0].seconds if points else 1.0
-        points.append(Point(name, batch, size, method, knob, "pytorch", peak, seconds, ratio, None))
+        reference = seconds if reference is None else reference
+        points.append(Point(name, batch, size, method, knob, "pytorch", peak, seconds, seconds / reference, None))
         print(f"{name} {method} {knob}: {peak / GIB:.3f} GiB, {seconds:.2f} s", flush=True)
     return points
 

@@ -16,35 +16,17 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections import defaultdict
-from functools import lru_cache
 
 import torch
 
-import recompute
 from recompute import nets
-from recompute.measure import default_loss
-from recompute.timing import BatchExtrapolation, OpCall, schedule_calls
+from recompute.timing import BatchExtrapolation
 
 from .common import markdown_table
 from .extrapolation import in_process, op_kind
-from .head_to_head import HUGE_PAGES, PROPORTIONAL, _eager_calls, probe_batches, probe_model
+from .head_to_head import HUGE_PAGES, PLAIN, PROPORTIONAL, probe_batches, probe_model, step_calls
 
-STEPS = ("eager", "ours", "ours in place")
-
-
-@lru_cache(maxsize=None)
-def _graph(net: str, batch: int, size: int) -> recompute.Graph:
-    model, inputs = nets.build(net, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
-    return recompute.trace(model, inputs, loss_fn=default_loss)
-
-
-def step_calls(net: str, batch: int, size: int, step: str) -> list[OpCall]:
-    """The ATen calls of one plain step (:data:`STEPS`) of ``net`` at ``batch`` × ``size``²."""
-    if step == "eager":
-        return _eager_calls(net, batch, size, "eager", {})
-    g = _graph(net, batch, size)
-    p = recompute.plan(g, "vanilla")
-    return schedule_calls(g.program, (p.with_in_place(g) if step == "ours in place" else p).runs(g))
+STEPS = ("eager", *PLAIN)
 
 
 def rounds(net: str, batch: int, size: int, count: int) -> tuple[list[list[object]], list[list[object]]]:

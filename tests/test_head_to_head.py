@@ -28,6 +28,7 @@ def test_head_to_head_runs_end_to_end(tmp_path, monkeypatch):
     assert all(p.peak > 0 and p.seconds > 0 for p in points)
     eager = [p for p in points if p.family == "pytorch" and p.method != "min_cut"]
     assert eager[0].method == "eager" and eager[0].time_ratio == 1.0 and len(eager) > 1, [p.method for p in eager]
+    assert all(p.time_ratio == pytest.approx(p.seconds / eager[0].seconds) for p in eager)  # all against plain eager's
     assert next(p for p in points if p.method == "vanilla").time_ratio == 1.0
     assert {"executor vanilla", "executor approxdp_tc", "executor approxdp_mc", "executor chen"} <= {p.method for p in points}
     bar = h.smallest_fast([p for p in points if p.family == "pytorch"])

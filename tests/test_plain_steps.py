@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks import head_to_head as h
 from benchmarks import plain_steps as ps
 from benchmarks.extrapolation import op_kind
 
@@ -14,7 +15,7 @@ def test_the_plain_steps_are_priced_in_rounds_of_alternating_order():
 
 
 def test_eager_and_our_plain_step_differ_only_where_ours_writes_in_place_or_decomposes_otherwise():
-    eager, ours, in_place = (ps.step_calls("dropout", 2, 16, s) for s in ps.STEPS)
+    eager, ours, in_place = (h.step_calls("dropout", 2, 16, s) for s in ps.STEPS)
     assert "bernoulli_" in {op_kind(c) for c in eager} and "native_dropout" in {op_kind(c) for c in ours}
     written = [str(c.target) for c in in_place if str(c.target).endswith((".grad_input", "_.default"))]
     assert written and not any(str(c.target).endswith(".grad_input") for c in ours)  # ReLU in place, its backward into its input
