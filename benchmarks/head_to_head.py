@@ -469,8 +469,11 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
 
     def probed(p: Plan) -> list[OpCall]:
         """``p``'s ATen calls at the target batch, matched at the probe batches where a key needs it."""
-        return ex.probe(schedule_calls(traced.program, p.runs(traced)),
-                        lambda b: schedule_calls(traced_step(name, b, size).program, p.runs(traced_step(name, b, size))))
+        def at(b: int) -> list[OpCall]:
+            step = traced_step(name, b, size)
+            return schedule_calls(step.program, p.runs(step))
+
+        return ex.probe(at(batch), at)
 
     # the forward ops probed first, so that the planners price each node in extrapolated seconds
     probed(recompute.plan(traced, "vanilla"))
