@@ -139,9 +139,14 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
                 copy[inst] = copy[reads[0]]
             life.creates.append([])
     last, n = life.last, len(s.steps)
+    held: dict[Instance, list[tuple[int, int]]] = {}  # what a read of each instance keeps alive, found once
     for step, reads in enumerate(s.reads):
         for r in reads:
-            _extend(last, life.storages(r), step)
+            sts = held.get(r)
+            if sts is None:
+                sts = held[r] = life.storages(r)
+            for st in sts:
+                last[st] = step  # the steps rise: this read is the last so far
     for step, insts in s.release.items():
         for r in insts:
             _extend(last, life.storages(r), step)
