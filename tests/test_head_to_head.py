@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Iterable
 
 import pytest
 import torch
 from torch.utils import _pytree as pytree
 
 from benchmarks import head_to_head as h
-from recompute.timing import BatchExtrapolation, TensorSpec, TimeModel, module_calls
+from recompute.timing import BatchExtrapolation, OpCall, TensorSpec, TimeModel, module_calls
 
 FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "time_ratio", "exact"}
 
@@ -19,7 +20,7 @@ class BytesTimeModel(TimeModel):
     """Each op costs a call's overhead plus its tensor arguments' bytes at 10 GB/s: the same table on
     every run, where ops timed once each on a tiny network reorder the plans from run to run."""
 
-    def measure(self, calls):
+    def measure(self, calls: Iterable[OpCall]) -> None:
         for c in calls:
             specs = [a for a in pytree.tree_leaves((c.args, c.kwargs)) if isinstance(a, TensorSpec)]
             self.table.setdefault(c.key, 1e-6 + sum(math.prod(s.shape) * s.dtype.itemsize for s in specs) / 1e10)
