@@ -463,14 +463,12 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen calls against
     plain eager training's (``eager_seconds``), the step traced at the probe batches too where an op key
     has no probe yet (a trace of DenseNet-161 takes half a minute)."""
-    model, _ = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
-    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-    traced = traced_step(name, batch, size)
+    traced, params = traced_step(name, batch, size)
 
     def probed(p: Plan) -> list[OpCall]:
         """``p``'s ATen calls at the target batch, matched at the probe batches where a key needs it."""
         def at(b: int) -> list[OpCall]:
-            step = traced_step(name, b, size)
+            step = traced_step(name, b, size)[0]
             return schedule_calls(step.program, p.runs(step))
 
         return ex.probe(at(batch), at)
@@ -502,11 +500,13 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
 
 
 @lru_cache(maxsize=None)
-def traced_step(name: str, batch: int, size: int) -> recompute.Graph:
+def traced_step(name: str, batch: int, size: int) -> tuple[recompute.Graph, int]:
     """``recompute.trace`` of ``name``'s training step at ``batch`` × ``size``² (on fake inputs; each
-    once per process: DenseNet-161's takes half a minute)."""
+    once per process: DenseNet-161's takes half a minute), and the bytes of the model's parameters and
+    buffers."""
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
-    return recompute.trace(model, inputs, loss_fn=default_loss)
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return recompute.trace(model, inputs, loss_fn=default_loss), params
 
 
 PLAIN = ("ours", "ours in place")  # our executor's plain steps: vanilla as planned, and in place
@@ -517,7 +517,7 @@ def step_calls(name: str, batch: int, size: int, step: str) -> list[OpCall]:
     training) or one of :data:`PLAIN`."""
     if step == "eager":
         return _eager_calls(name, batch, size, "eager", {})
-    g = traced_step(name, batch, size)
+    g = traced_step(name, batch, size)[0]
     p = recompute.plan(g, "vanilla")
     return schedule_calls(g.program, (p.with_in_place(g) if step == "ours in place" else p).runs(g))
 
