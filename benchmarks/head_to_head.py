@@ -59,6 +59,7 @@ from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_pa
                                   split_plan, torch_partition)
 from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, spec
+from recompute.refine import refine, step_peak
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
@@ -267,7 +268,10 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     for calls in plain:
         ex.seconds(calls)
     eager_pts += eager_points(name, batch, size, ex, eager[1:], eager_pts[0].seconds if eager_pts else None)
-    executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None)
+    # our executor's memory-centric plan is also refined to the issue's bar (PyTorch's points are all in by now)
+    bar = smallest_fast([p for p in points + eager_pts if p.family == "pytorch"])
+    executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None,
+                               [int(BAR * bar.peak)] if bar else [])
     ours("vanilla", "", vanilla)
     first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
     splits[id(first.graph), tuple(first.plan.lower_sets), None] = first
@@ -446,16 +450,33 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
 
 def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]]) -> list[tuple[str, str, Plan]]:
     """(method, knob, plan) for ``plans``, each also with cheap values recomputed again before late
-    reads where that lowers its peak (``+late``, :meth:`~recompute.Plan.with_late_recompute`), and each
-    of those run with eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`):
-    the executor's points, here and in ``benchmarks.head_to_head_cuda``."""
-    plans = plans + [(f"{method}+late", knob, late) for method, knob, p in plans
-                     if (late := p.with_late_recompute(graph)) is not p]
-    return plans + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans]
+    reads where that lowers its peak (``+late``, :meth:`~recompute.Plan.with_late_recompute`), run with
+    eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`), and both
+    (``+late+in-place``, :meth:`~recompute.Plan.with_rewrites`: the late recomputations that the step
+    run in place needs): the executor's points, here and in ``benchmarks.head_to_head_cuda``."""
+    late = [(f"{method}+late", knob, q) for method, knob, p in plans if (q := p.with_late_recompute(graph)) is not p]
+    both = [(f"{method}+late+in-place", knob, q.with_in_place(graph)) for method, knob, p in plans
+            if (q := p.with_late_recompute(graph, then_in_place=True)) is not p]
+    return plans + late + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans] + both
+
+
+def refined(graph: recompute.Graph, tc: Plan, mc: Plan, peaks: Sequence[int] = ()) -> list[tuple[str, str, Plan]]:
+    """(method, knob, plan) for the memory-centric plan ``mc`` refined with the time-centric plan
+    ``tc``'s nested lower sets (:func:`recompute.refine.refine`): at ``mc``'s own peak as the executor
+    runs it (late and in place), and at each of ``peaks`` (bytes, parameters excluded) it reaches;
+    each distinct plan once."""
+    limits = [(step_peak(graph, mc.lower_sets), "at its own peak"),
+              *((peak, f"to {peak / GIB:.2f} GiB") for peak in peaks)]
+    out: list[tuple[str, str, Plan]] = []
+    for limit, knob in limits:
+        p = refine(graph, mc, tc, limit)
+        if p is not None and p is not mc and all(p.lower_sets != q.lower_sets for _, _, q in out):
+            out.append(("approxdp_mc refined", knob, p))
+    return out
 
 
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
-                    eager_seconds: float | None) -> list[Point]:
+                    eager_seconds: float | None, peaks: Sequence[int] = ()) -> list[Point]:
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
     our executor, bitwise plain training's): vanilla, the time-centric DP from its smallest feasible peak towards
     vanilla's, the memory-centric DP and Chen's √n segments, each also recomputing late and running in
@@ -488,7 +509,9 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
         with contextlib.suppress(InfeasibleBudget):
             plans.append(("approxdp_tc", f"budget {budget / vanilla:.2f} of vanilla",
                           recompute.plan(g, "approxdp", strategy="tc", budget=budget, **dp)))
-    plans.append(("approxdp_mc", "budget min", recompute.plan(g, "approxdp", strategy="mc", **dp)))
+    mc = recompute.plan(g, "approxdp", strategy="mc", **dp)
+    plans.append(("approxdp_mc", "budget min", mc))
+    plans += refined(g, first, mc, [peak - params for peak in peaks])
     plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
     points = []
     for method, knob, p in rewritten(g, plans):

@@ -49,7 +49,7 @@ from recompute.measure import default_loss
 from recompute.partitions import SOLVERS
 
 from .common import REPO, head_commit, markdown_table, write_atomic, write_section
-from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method, rewritten
+from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method, refined, rewritten
 
 FIGURES = REPO / "paper_figures"
 GIB = 2**30
@@ -144,9 +144,9 @@ def _executor(model: torch.nn.Module, inputs: tuple) -> Iterator[tuple[str, str,
     try:
         graph = recompute.trace(model, inputs, loss_fn=default_loss, cost_model=PLANNING["cost_model"])
         # vanilla run by the executor: what interpreting the step costs beside plain eager training
-        plans = [("vanilla", "", recompute.plan(graph, "vanilla")),
-                 ("approxdp_tc", "budget min", recompute.plan(graph, "approxdp", strategy="tc")),
-                 ("approxdp_mc", "budget min", recompute.plan(graph, "approxdp", strategy="mc")),
+        tc, mc = (recompute.plan(graph, "approxdp", strategy=s) for s in ("tc", "mc"))
+        plans = [("vanilla", "", recompute.plan(graph, "vanilla")), ("approxdp_tc", "budget min", tc),
+                 ("approxdp_mc", "budget min", mc), *refined(graph, tc, mc),
                  ("chen", "√n segments", recompute.plan(graph, "chen"))]
         plans = rewritten(graph, plans)
     except Exception as e:  # recorded by run_net as the point's failure

@@ -120,18 +120,19 @@ class Plan:
             built = self.__dict__["_canonical"] = (graph, canonical(graph, self.lower_sets))
         return built[1]
 
-    def with_late_recompute(self, graph: Graph) -> "Plan":
+    def with_late_recompute(self, graph: Graph, *, then_in_place: bool = False) -> "Plan":
         """This plan with each cheap value (a concatenation, a ReLU: :func:`recompute.remat.cheap`)
         that its backward recomputes and reads early and again much later computed once more right
         before the later read instead of held in between, where the simulated peak needs it
         (:func:`recompute.remat.late_where_needed`); this plan where that lowers no peak. Its
         ``overhead`` adds T_v for each copy of a node it adds (:func:`~recompute.schedule.recomputation_cost`). What a traced
         DenseNet-161 block holds while its recomputed layers wait for their backward: at batch 32,
-        224², the memory-centric DP's smallest step 1.110 → 0.984 GiB."""
+        224², the memory-centric DP's smallest step 1.110 → 0.984 GiB. ``then_in_place``: the peaks
+        judged are those of the schedule run in place, for a plan :meth:`with_in_place` is applied to next."""
         if graph.program is None:
             raise ValueError("recomputing late rewrites the step's schedule: plan a traced graph (recompute.trace)")
         runs = self.runs(graph)
-        later = late_where_needed(graph.program, runs)
+        later = late_where_needed(graph.program, runs, written_in_place=then_in_place)
         if later is runs:
             return self
         added = recomputation_cost(graph, later) - recomputation_cost(graph, runs)
@@ -157,7 +158,7 @@ class Plan:
         """This plan with the schedule rewrites asked for, in the one order they compose: cheap values
         recomputed late (:meth:`with_late_recompute`), then eager memory habits (:meth:`with_in_place`).
         The options of :func:`recompute.optimize` and the app's ``method.recompute_late``/``method.in_place``."""
-        p = self.with_late_recompute(graph) if recompute_late else self
+        p = self.with_late_recompute(graph, then_in_place=in_place) if recompute_late else self
         return p.with_in_place(graph) if in_place else p
 
     @property

@@ -279,7 +279,7 @@ def test_schedule_rewrites_are_method_options_of_their_own_experiments(tmp_path,
     for rewrite in ("with_late_recompute", "with_in_place"):
         real = getattr(recompute.Plan, rewrite)
         monkeypatch.setattr(recompute.Plan, rewrite,
-                            lambda p, g, real=real, rewrite=rewrite: asked.append(rewrite) or real(p, g))
+                            lambda p, g, real=real, rewrite=rewrite, **kw: asked.append(rewrite) or real(p, g, **kw))
     both = _experiment(tmp_path, "net=resblock", "method=approxdp_mc", "method.recompute_late=true",
                        "method.in_place=true")
     plain = _experiment(tmp_path, "net=resblock", "method=approxdp_mc")

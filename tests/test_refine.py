@@ -1,0 +1,80 @@
+"""Plans between the two canonical strategies (:mod:`recompute.refine`) against brute force, and the
+late recomputations judged on the step run in place."""
+
+import itertools
+from functools import lru_cache
+
+import pytest
+import torch
+
+import recompute
+from recompute import lowerset, nets
+from recompute.inplace import in_place
+from recompute.refine import nested_runs, refine, step_peak
+from recompute.remat import late_where_needed, recompute_late
+from recompute.simulate import simulate
+
+from .exactness import check_plans
+
+
+@lru_cache(maxsize=None)  # each network traced once per module
+def _planned(name: str) -> tuple[torch.nn.Module, tuple, recompute.Graph, recompute.Plan, recompute.Plan]:
+    model, inputs = nets.build(name, batch_size=2, input_size=32, seed=0)
+    g = recompute.trace(model, inputs)
+    return model, inputs, g, *(recompute.plan(g, "approxdp", strategy=s) for s in ("tc", "mc"))
+
+
+def _every_refinement(g: recompute.Graph, mc: recompute.Plan, tc: recompute.Plan) -> list[tuple[int, int]]:
+    """(step peak, overhead) of ``mc``'s sequence with each subset of ``tc``'s nested sets inserted."""
+    fine = [x for _, run in nested_runs(mc.lower_sets, tc.lower_sets) for x in run]
+    out = []
+    for k in range(len(fine) + 1):
+        for subset in itertools.combinations(fine, k):
+            seq = sorted([*mc.lower_sets, *subset], key=len)
+            out.append((step_peak(g, seq), lowerset.overhead(g, seq)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["resblock", "cross_modal"])
+def test_refining_the_memory_centric_plan_finds_the_least_overhead_within_each_peak(name):
+    """At every peak some refinement reaches, the greedy search inserts the time-centric plan's
+    nested lower sets that a brute force over all their subsets finds cheapest; below the
+    memory-centric plan's own peak there is none. Each result is a lower-set sequence whose step, as
+    the executor runs it (late recomputation where it lowers the peak, in place), holds its limit."""
+    _, _, g, tc, mc = _planned(name)
+    assert nested_runs(mc.lower_sets, tc.lower_sets), "the two strategies share no block to refine"
+    every = _every_refinement(g, mc, tc)
+    own = step_peak(g, mc.lower_sets)
+    assert refine(g, mc, tc, own - 1) is None
+    for limit in sorted({peak for peak, _ in every}):
+        got = refine(g, mc, tc, limit)
+        assert got is not None and set(mc.lower_sets) <= set(got.lower_sets)
+        assert got.overhead == min(cost for peak, cost in every if peak <= limit), limit
+        run = got.with_rewrites(g, recompute_late=True, in_place=True)
+        assert step_peak(g, got.lower_sets) <= limit and run.peak <= limit
+    assert got.overhead < mc.overhead and got.info["refined with"] > 0  # the largest limit inserts something
+
+
+def test_a_refined_plan_trains_as_plain_training_does():
+    """The refined plan, run late and in place, computes plain training's step bitwise."""
+    model, inputs, g, tc, mc = _planned("resblock")
+    got = refine(g, mc, tc, 2**40)
+    assert got.overhead < mc.overhead
+    run = got.with_rewrites(g, recompute_late=True, in_place=True)
+    check_plans(model, inputs, [lambda _: run], dtype=torch.float32, graph=g)
+
+
+def test_late_recomputations_judged_in_place_are_those_the_step_run_in_place_needs():
+    """Recomputing every cheap value late can raise the peak of the step run in place (the copies
+    meet at its peak): on the cross-modal network both plans' steps in place hold more with every late
+    recomputation than with none. Judged in place, :func:`late_where_needed` then adds none, and
+    otherwise never holds more than the better of the two."""
+    _, _, g, tc, mc = _planned("cross_modal")
+    p = g.program
+    for plan in (mc, recompute.plan(g, "chen")):
+        s = plan.runs(g)
+        none, every = (simulate(p, in_place(p, x)).peak for x in (s, recompute_late(p, s)))
+        assert every > none
+        judged = late_where_needed(p, s, written_in_place=True)
+        assert judged is s
+        assert plan.with_rewrites(g, recompute_late=True, in_place=True).peak == none
