@@ -59,7 +59,7 @@ from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_pa
                                   split_plan, torch_partition)
 from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, spec
-from recompute.refine import refine, step_peak
+from recompute.refine import finest, refine, step_peak
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
@@ -268,10 +268,10 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     for calls in plain:
         ex.seconds(calls)
     eager_pts += eager_points(name, batch, size, ex, eager[1:], eager_pts[0].seconds if eager_pts else None)
-    # our executor's memory-centric plan is also refined to the issue's bar (PyTorch's points are all in by now)
+    # our executor's memory-centric plan is also refined to the time of the issue's bar (PyTorch's points are all in)
     bar = smallest_fast([p for p in points + eager_pts if p.family == "pytorch"])
     executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None,
-                               [int(BAR * bar.peak)] if bar else [])
+                               bar.time_ratio if bar else None)
     ours("vanilla", "", vanilla)
     first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
     splits[id(first.graph), tuple(first.plan.lower_sets), None] = first
@@ -460,27 +460,39 @@ def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]]) -> lis
     return plans + late + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans] + both
 
 
-def refined(graph: recompute.Graph, tc: Plan, mc: Plan, peaks: Sequence[int] = ()) -> list[tuple[str, str, Plan]]:
+def refined(graph: recompute.Graph, tc: Plan, mc: Plan, fast: Callable[[Plan], bool] | None = None,
+            steps: int = 5) -> list[tuple[str, str, Plan]]:
     """(method, knob, plan) for the memory-centric plan ``mc`` refined with the time-centric plan
     ``tc``'s nested lower sets (:func:`recompute.refine.refine`): at ``mc``'s own peak as the executor
-    runs it (late and in place), and at each of ``peaks`` (bytes, parameters excluded) it reaches;
+    runs it (late and in place), and, given ``fast`` (whether a plan's step is fast enough), at the
+    smallest peak where it is, bisected in ``steps`` between that peak and the most refined plan's;
     each distinct plan once."""
-    limits = [(step_peak(graph, mc.lower_sets), "at its own peak"),
-              *((peak, f"to {peak / GIB:.2f} GiB") for peak in peaks)]
+    own, top = step_peak(graph, mc.lower_sets), step_peak(graph, finest(mc.lower_sets, tc.lower_sets))
+    found = [("at its own peak", refine(graph, mc, tc, own))]
+    if fast is not None and fast(best := refine(graph, mc, tc, top)):
+        lo, hi = own, top
+        for _ in range(steps):
+            mid = (lo + hi) // 2
+            if (p := refine(graph, mc, tc, mid)) is not None and fast(p):
+                best, hi = p, mid
+            else:
+                lo = mid
+        found.append(("at the bar's time", best))
     out: list[tuple[str, str, Plan]] = []
-    for limit, knob in limits:
-        p = refine(graph, mc, tc, limit)
+    for knob, p in found:
         if p is not None and p is not mc and all(p.lower_sets != q.lower_sets for _, _, q in out):
             out.append(("approxdp_mc refined", knob, p))
     return out
 
 
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
-                    eager_seconds: float | None, peaks: Sequence[int] = ()) -> list[Point]:
+                    eager_seconds: float | None, bar_ratio: float | None = None) -> list[Point]:
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
     our executor, bitwise plain training's): vanilla, the time-centric DP from its smallest feasible peak towards
-    vanilla's, the memory-centric DP and Chen's √n segments, each also recomputing late and running in
-    place (:func:`rewritten`). Peak: the plan's simulated peak (= the ``fake`` backend's,
+    vanilla's, the memory-centric DP, it refined towards the time-centric one at its own peak and at the
+    smallest peak whose step, late and in place, takes ≤ ``bar_ratio`` × plain eager training's time
+    (:func:`refined`), and Chen's √n segments, each also recomputing late and running in place
+    (:func:`rewritten`). Peak: the plan's simulated peak (= the ``fake`` backend's,
     ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen calls against
     plain eager training's (``eager_seconds``), the step traced at the probe batches too where an op key
     has no probe yet (a trace of DenseNet-161 takes half a minute)."""
@@ -511,7 +523,11 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
                           recompute.plan(g, "approxdp", strategy="tc", budget=budget, **dp)))
     mc = recompute.plan(g, "approxdp", strategy="mc", **dp)
     plans.append(("approxdp_mc", "budget min", mc))
-    plans += refined(g, first, mc, [peak - params for peak in peaks])
+    def fast(p: Plan) -> bool:
+        run = p.with_rewrites(g, recompute_late=True, in_place=True)
+        return ex.seconds(probed(run)) <= bar_ratio * eager_seconds
+
+    plans += refined(g, first, mc, fast if bar_ratio and eager_seconds else None)
     plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
     points = []
     for method, knob, p in rewritten(g, plans):

@@ -30,7 +30,7 @@ from .remat import recompute_late
 from .schedule import canonical
 from .simulate import simulate
 
-__all__ = ["refine", "nested_runs", "step_peak"]
+__all__ = ["refine", "nested_runs", "finest", "step_peak"]
 
 Run = tuple[int, tuple[frozenset[int], ...]]  # (coarse block index, fine lower sets inside it, in order)
 
@@ -70,6 +70,12 @@ def _merged(coarse: Sequence[frozenset[int]], inserted: Sequence[Run]) -> list[f
         out += sorted(before.get(i, ()), key=len)
         out.append(upper)
     return out
+
+
+def finest(coarse: Sequence[frozenset[int]], fine: Sequence[frozenset[int]]) -> list[frozenset[int]]:
+    """``coarse`` with every set of ``fine`` nested in its blocks inserted: the most any refinement
+    inserts."""
+    return _merged(coarse, nested_runs(coarse, fine))
 
 
 def refine(graph: Graph, coarse: Plan, fine: Plan, limit: int,

@@ -143,3 +143,16 @@ def test_each_allocator_regime_runs_in_a_process_started_with_its_setting(monkey
     for _, env, _, _ in extrapolation.REGIMES.values():
         assert extrapolation.in_process(env, os.getenv, "THP_MEM_ALLOC_ENABLE") == env["THP_MEM_ALLOC_ENABLE"]
     assert h.HUGE_PAGES in [env for _, env, _, _ in extrapolation.REGIMES.values()]  # the head-to-head's is checked
+
+
+def test_the_refined_plan_at_the_bars_time_is_the_smallest_fast_enough():
+    """``refined``: the memory-centric plan refined at its own peak where that saves recomputation,
+    and, at the bar's time, the bisected plan of smallest peak that is fast enough; none where even
+    the most refined is not."""
+    model, inputs = h.nets.build("resblock", batch_size=2, input_size=32, seed=0)
+    g = h.recompute.trace(model, inputs)
+    tc, mc = (h.recompute.plan(g, "approxdp", strategy=s) for s in ("tc", "mc"))
+    assert h.refined(g, tc, mc, lambda p: False) == []  # at its own peak no set fits (tests/test_refine.py)
+    [(method, knob, p)] = h.refined(g, tc, mc, lambda p: p.overhead < mc.overhead)
+    assert (method, knob) == ("approxdp_mc refined", "at the bar's time")
+    assert p.overhead < mc.overhead and h.step_peak(g, p.lower_sets) > h.step_peak(g, mc.lower_sets)
