@@ -40,6 +40,7 @@ import json
 import multiprocessing
 import os
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from datetime import date
@@ -467,7 +468,8 @@ def refined(graph: recompute.Graph, tc: Plan, mc: Plan, fast: Callable[[Plan], b
     runs it (late and in place), and, given ``fast`` (whether a plan's step is fast enough), at the
     smallest peak where it is, bisected in ``steps`` between that peak and the most refined plan's;
     each distinct plan once."""
-    own, top = step_peak(graph, mc.lower_sets), step_peak(graph, finest(mc.lower_sets, tc.lower_sets))
+    own = step_peak(graph, mc.lower_sets)
+    top = max(own, step_peak(graph, finest(mc.lower_sets, tc.lower_sets)))  # the finest can hold less
     found = [("at its own peak", refine(graph, mc, tc, own))]
     if fast is not None and fast(best := refine(graph, mc, tc, top)):
         lo, hi = own, top
@@ -783,9 +785,15 @@ def main() -> None:
         lock = manager.Lock()
         order = sorted(args.nets, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else -1)
         running = {pool.submit(_net_points, name, args.budgets, args.repeats, args.enough, lock): name for name in order}
+        failed: dict[str, BaseException] = {}
         for future in as_completed(running):
             name = running[future]
-            points, spent = future.result()
+            try:
+                points, spent = future.result()
+            except Exception as e:  # reported at the end; the other networks' points are still written
+                traceback.print_exception(e)
+                failed[name] = e
+                continue
             print(f"{name}: {len(points)} points in {spent['all']:.0f} s (timing ops {spent['measuring']:.0f} s, "
                   f"waiting for the other job's timing {spent['waiting']:.0f} s)", flush=True)
             done[name] = [replace(p, commit=commit) for p in points]
@@ -797,6 +805,9 @@ def main() -> None:
                 figure(done[name], FIGURES / f"pareto_{name}.png")
                 write_section(REPO / "docs" / "benchmarks.md", "head-to-head", report(done, header))
     print(report(done, ""))
+    if failed:
+        raise SystemExit("head_to_head: " + "; ".join(f"{n} failed ({type(e).__name__}: {e})" for n, e in failed.items())
+                         + (": their points from an earlier run are kept" if args.write else ""))
 
 
 if __name__ == "__main__":
