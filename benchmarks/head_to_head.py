@@ -525,6 +525,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
                           recompute.plan(g, "approxdp", strategy="tc", budget=budget, **dp)))
     mc = recompute.plan(g, "approxdp", strategy="mc", **dp)
     plans.append(("approxdp_mc", "budget min", mc))
+
     def fast(p: Plan) -> bool:
         run = p.with_rewrites(g, recompute_late=True, in_place=True)
         return ex.seconds(probed(run)) <= bar_ratio * eager_seconds

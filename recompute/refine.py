@@ -6,8 +6,8 @@ The DP prices a plan in its own memory model, where both reach the same smallest
 that runs is cheaper: its cheap values recomputed late and its ops run in place
 (:meth:`~recompute.Plan.with_late_recompute`, :meth:`~recompute.Plan.with_in_place`) hold far less
 in the memory-centric plan's long blocks. At that peak the memory-centric plan is the only one the DP
-offers, and it costs its whole recomputation: on DenseNet-161 (batch 32, 224², paper costs) 0.91 GiB
-at 1712 units against the time-centric plan's 1.05 GiB at 517.
+offers, and it costs its whole recomputation: on DenseNet-161 (batch 32, 224², paper costs, late and
+in place) 0.912 GiB at 1585 units against the time-centric plan's 1.053 GiB at 434.
 
 :func:`refine` searches between them. Where every lower set of the fine sequence is nested with every
 one of the coarse sequence (L ⊆ L′ or L′ ⊆ L), a run of fine sets strictly inside a coarse block
@@ -83,8 +83,9 @@ def refine(graph: Graph, coarse: Plan, fine: Plan, limit: int,
     """``coarse``'s lower-set sequence with as many of ``fine``'s nested lower sets inserted as keep
     ``peak`` (default :func:`step_peak`: the step recomputing late and in place) ≤ ``limit`` bytes,
     chosen greedily by the overhead they save (module docstring); None where ``coarse`` itself
-    exceeds ``limit``. The plan is ``coarse``'s method and strategy with ``info["refined with"]``
-    the number of ``fine``'s sets inserted; its ``peak`` is its canonical schedule's, as for any
+    exceeds ``limit``, ``coarse`` itself where no insertion fits. The plan is ``coarse``'s method and
+    strategy with ``info["refined with"]`` the number of ``fine``'s sets inserted (the DP's own
+    diagnostics are not carried over); its ``peak`` is its canonical schedule's, as for any
     lower-set plan (apply :meth:`~recompute.Plan.with_late_recompute` and
     :meth:`~recompute.Plan.with_in_place` to run it as ``peak`` priced it)."""
     seq = list(coarse.lower_sets)
@@ -111,7 +112,6 @@ def refine(graph: Graph, coarse: Plan, fine: Plan, limit: int,
                 candidates += [(run[0], run[1][:mid]), (run[0], run[1][mid:])]
     if not inserted:
         return coarse
-    plan = Plan.from_sequence(graph, _merged(seq, inserted), method=coarse.method, strategy=coarse.strategy,
-                              memory_model=coarse.memory_model, **coarse.info)
-    plan.info["refined with"] = sum(len(sets) for _, sets in inserted)
-    return plan
+    return Plan.from_sequence(graph, _merged(seq, inserted), method=coarse.method, strategy=coarse.strategy,
+                              memory_model=coarse.memory_model,
+                              **{"refined with": sum(len(sets) for _, sets in inserted)})
