@@ -20,7 +20,8 @@ def paper_table1() -> dict[str, dict[str, float]]:
 
 
 def head_commit() -> str:
-    """The short hash of the checkout's HEAD, to name the commit an artefact was made at; in a copy of the
+    """The short hash of the checkout's HEAD, to name the commit an artefact was made at: read it before
+    the run, since a commit made while a benchmark runs is not the code that ran. In a copy of the
     tree without git (a lent GPU machine's), ``RECOMPUTE_COMMIT`` names it."""
     if "RECOMPUTE_COMMIT" in os.environ:
         return os.environ["RECOMPUTE_COMMIT"]

@@ -90,10 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budgets", nargs="+", type=float, default=[0.5], help="PyTorch's activation_memory_budget")
     args = parser.parse_args(argv)
     device = require_cuda()
+    commit = head_commit()
     rows = [r for name in args.nets for r in run_net(name, args.budgets)]
     command = " ".join(["python -m benchmarks.compiled_memory", *(argv if argv is not None else sys.argv[1:])])
     print(f"`{command}` on {device} (torch {torch.__version__}, "
-          f"commit {head_commit()})\n\n" + markdown_table(HEADERS, rows))
+          f"commit {commit})\n\n" + markdown_table(HEADERS, rows))
 
 
 if __name__ == "__main__":

@@ -106,9 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.cuda_workspace needs a CUDA GPU (torch.cuda.is_available() is False)")
+    commit = head_commit()
     rows = [b.row() for name in args.nets for b in run(name, args.methods)]
     command = " ".join(["python -m benchmarks.cuda_workspace", *(sys.argv[1:] if argv is None else argv)])
-    text = (f"`{command}` on {torch.cuda.get_device_name()} (torch {torch.__version__}, commit {head_commit()}, "
+    text = (f"`{command}` on {torch.cuda.get_device_name()} (torch {torch.__version__}, commit {commit}, "
             f"{date.today()})\n\n{markdown_table(HEADERS, rows)}")
     print(text)
     if args.write:

@@ -238,9 +238,9 @@ def main() -> None:
     args = parser.parse_args()
     if not has_peak_meter():
         raise SystemExit("benchmarks.ground_truth reads the resident-set peak from /proc/self (Linux); not available here")
-    start = time.perf_counter()
+    start, commit = time.perf_counter(), head_commit()
     rows = [r for name in args.nets for r in run_net(name, args.steps, args.batch)]
-    text = (f"`python -m benchmarks.ground_truth{' --write' if args.write else ''}` (commit {head_commit()}, {date.today()}, "
+    text = (f"`python -m benchmarks.ground_truth{' --write' if args.write else ''}` (commit {commit}, {date.today()}, "
             f"{time.perf_counter() - start:.0f} s, one thread)\n\n" + table(rows))
     print(text)
     if args.write:

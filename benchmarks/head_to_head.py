@@ -469,20 +469,20 @@ def refined(graph: recompute.Graph, tc: Plan, mc: Plan, fast: Callable[[Plan], b
     smallest peak where it is, bisected in ``steps`` between that peak and the most refined plan's;
     each distinct plan once."""
     own = step_peak(graph, mc.lower_sets)
-    top = max(own, step_peak(graph, finest(mc.lower_sets, tc.lower_sets)))  # the finest can hold less
+    top = max(own, step_peak(graph, finest(mc.lower_sets, tc.lower_sets)))  # the finest can hold less: infeasible
     found = [("at its own peak", refine(graph, mc, tc, own))]
     if fast is not None and fast(best := refine(graph, mc, tc, top)):
         lo, hi = own, top
         for _ in range(steps):
             mid = (lo + hi) // 2
-            if (p := refine(graph, mc, tc, mid)) is not None and fast(p):
+            if fast(p := refine(graph, mc, tc, mid)):
                 best, hi = p, mid
             else:
                 lo = mid
         found.append(("at the bar's time", best))
     out: list[tuple[str, str, Plan]] = []
     for knob, p in found:
-        if p is not None and p is not mc and all(p.lower_sets != q.lower_sets for _, _, q in out):
+        if p is not mc and all(p.lower_sets != q.lower_sets for _, _, q in out):
             out.append(("approxdp_mc refined", knob, p))
     return out
 

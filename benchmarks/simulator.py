@@ -117,13 +117,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.backend == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
+    commit = head_commit()
     peaks, budgets = run(args.nets, args.budgets, tuple(args.slow), args.backend)
     peak_headers, budget_headers = headers(args.backend)
     text = (markdown_table(peak_headers, peaks) + "\n\nPlans solved for a budget (the simulated peak is what"
             " the budget bounds):\n\n" + markdown_table(budget_headers, budgets))
     if args.backend == "cuda":
         text = (f"`python -m benchmarks.simulator {' '.join(sys.argv[1:] if argv is None else argv)}` on {torch.cuda.get_device_name()} "
-                f"(torch {torch.__version__}, commit {head_commit()}, {date.today()})\n\n{text}")
+                f"(torch {torch.__version__}, commit {commit}, {date.today()})\n\n{text}")
     print(text)
     if args.write:
         marker = "simulator-table" if args.backend == "fake" else "simulator-cuda-table"

@@ -89,12 +89,13 @@ def main() -> None:
     parser.add_argument("--app", action="store_true", help="the app's records (simulator, a fresh process per cell)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    commit = head_commit()
     if args.app:
         table = markdown_table(["network", *(f"{m} solve s (+kernel load s)" for m in APP_METHODS)], app_rows(args.nets))
         print(table)
         if args.write:
             write_section(REPO / "docs" / "benchmarks.md", "solve-time-app", f"`python -m benchmarks.solve_time --app --write` "
-                          f"at commit {head_commit()}\n\n{table}")
+                          f"at commit {commit}\n\n{table}")
         return
     headers = ["network", "#V", "#lower sets"] + [f"{m}{'-' + s if s else ''} s" for m, s in METHODS]
     table = markdown_table(headers, run(args.nets, args.memory_model, args.repeats))

@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = run(args.nets, args.steps, args.repeats, args.rounds)
     commit = head_commit()
+    rows = run(args.nets, args.steps, args.repeats, args.rounds)
     worst = max(abs(float(r[-2]) - 1) for r in rows)
     text = (f"`OMP_NUM_THREADS=1 python -m benchmarks.timemodel --write` (commit {commit}, {date.today()}; "
             f"largest error {worst:.1%})\n\n" + markdown_table(HEADERS, rows))

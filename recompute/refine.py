@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 from . import lowerset
 from .graph import Graph
 from .inplace import in_place
-from .plan import Plan
+from .plan import InfeasibleBudget, Plan
 from .remat import recompute_late
 from .schedule import canonical
 from .simulate import simulate
@@ -79,18 +79,19 @@ def finest(coarse: Sequence[frozenset[int]], fine: Sequence[frozenset[int]]) -> 
 
 
 def refine(graph: Graph, coarse: Plan, fine: Plan, limit: int,
-           peak: Callable[[Graph, Sequence[frozenset[int]]], int] = step_peak) -> Plan | None:
+           peak: Callable[[Graph, Sequence[frozenset[int]]], int] = step_peak) -> Plan:
     """``coarse``'s lower-set sequence with as many of ``fine``'s nested lower sets inserted as keep
     ``peak`` (default :func:`step_peak`: the step recomputing late and in place) ≤ ``limit`` bytes,
-    chosen greedily by the overhead they save (module docstring); None where ``coarse`` itself
-    exceeds ``limit``, ``coarse`` itself where no insertion fits. The plan is ``coarse``'s method and
+    chosen greedily by the overhead they save (module docstring); ``coarse`` itself where no insertion
+    fits. Raises :class:`~recompute.plan.InfeasibleBudget` naming ``coarse``'s own peak where that
+    exceeds ``limit``. The plan is ``coarse``'s method and
     strategy with ``info["refined with"]`` the number of ``fine``'s sets inserted (the DP's own
     diagnostics are not carried over); its ``peak`` is its canonical schedule's, as for any
     lower-set plan (apply :meth:`~recompute.Plan.with_late_recompute` and
     :meth:`~recompute.Plan.with_in_place` to run it as ``peak`` priced it)."""
     seq = list(coarse.lower_sets)
-    if peak(graph, seq) > limit:
-        return None
+    if (least := peak(graph, seq)) > limit:
+        raise InfeasibleBudget(f"{coarse.method} refined", limit, least)
     inserted: list[Run] = []
     candidates = nested_runs(seq, fine.lower_sets)
     cost = lowerset.overhead(graph, seq)

@@ -39,16 +39,17 @@ def _every_refinement(g: recompute.Graph, mc: recompute.Plan, tc: recompute.Plan
 def test_refining_the_memory_centric_plan_finds_the_least_overhead_within_each_peak(name):
     """At every peak some refinement reaches, the greedy search inserts the time-centric plan's
     nested lower sets that a brute force over all their subsets finds cheapest; below the
-    memory-centric plan's own peak there is none. Each result is a lower-set sequence whose step, as
+    memory-centric plan's own peak there is none, and the error names that peak. Each result is a lower-set sequence whose step, as
     the executor runs it (late recomputation where it lowers the peak, in place), holds its limit."""
     _, _, g, tc, mc = _planned(name)
     assert nested_runs(mc.lower_sets, tc.lower_sets), "the two strategies share no block to refine"
     every = _every_refinement(g, mc, tc)
     own = step_peak(g, mc.lower_sets)
-    assert refine(g, mc, tc, own - 1) is None
+    with pytest.raises(recompute.InfeasibleBudget, match=f"smallest feasible budget for approxdp refined is {own} bytes"):
+        refine(g, mc, tc, own - 1)
     for limit in sorted({peak for peak, _ in every}):
         got = refine(g, mc, tc, limit)
-        assert got is not None and set(mc.lower_sets) <= set(got.lower_sets)
+        assert set(mc.lower_sets) <= set(got.lower_sets)
         assert got.overhead == min(cost for peak, cost in every if peak <= limit), limit
         run = got.with_rewrites(g, recompute_late=True, in_place=True)
         assert step_peak(g, got.lower_sets) <= limit and run.peak <= limit
