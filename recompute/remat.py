@@ -343,7 +343,8 @@ def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8, written_in_pl
     schedules run in place, and as planned, and of the two (and ``s``) the one whose step in place
     holds least is kept, the fewer recomputations on a tie: neither search always finds the least
     (that plan: 0.973 GiB as planned, 0.912 GiB judged in place; on three small dense blocks at batch
-    1, 32², the search as planned holds 3% less, ``tests/test_refine.py``).
+    1, 32², the search as planned holds 3% less for the memory-centric plan and 2% more for the
+    time-centric one, ``tests/test_refine.py``).
     """
     def planned(schedule: Schedule) -> Simulation:
         return simulate(p, schedule)
