@@ -132,12 +132,26 @@ class Plan:
         if graph.program is None:
             raise ValueError("recomputing late rewrites the step's schedule: plan a traced graph (recompute.trace)")
         runs = self.runs(graph)
-        later = late_where_needed(graph.program, runs, written_in_place=then_in_place)
+        later = self._late(graph, then_in_place)
         if later is runs:
             return self
         added = recomputation_cost(graph, later) - recomputation_cost(graph, runs)
         return replace(self, schedule=later, peak=simulate(graph.program, later).peak, overhead=self.overhead + added,
                        info={**self.info, "late recomputations": len(later) - len(runs)})
+
+    def _late(self, graph: Graph, then_in_place: bool) -> Schedule:
+        """:func:`~recompute.remat.late_where_needed` of the schedule that runs, each search once per
+        graph: judged in place it starts from the search judged as planned, and a caller that lists
+        both variants (``+late``, ``+late+in-place``) or prices a plan before listing it asks again."""
+        cache = self.__dict__.get("_late_found")
+        if cache is None or cache[0] is not graph:
+            cache = self.__dict__["_late_found"] = (graph, {})
+        found = cache[1]
+        if then_in_place not in found:
+            as_planned = self._late(graph, False) if then_in_place else None
+            found[then_in_place] = late_where_needed(graph.program, self.runs(graph), written_in_place=then_in_place,
+                                                     as_planned=as_planned)
+        return found[then_in_place]
 
     def with_in_place(self, graph: Graph) -> "Plan":
         """This plan run with eager PyTorch's memory habits (:func:`recompute.inplace.in_place`): each

@@ -327,7 +327,8 @@ def recompute_late(p: "Program", s: Schedule, min_gap: int = 8, only: Set[Instan
                     release={at[i]: insts for i, insts in s.release.items()})
 
 
-def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8, written_in_place: bool = False) -> Schedule:
+def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8, written_in_place: bool = False,
+                      as_planned: Schedule | None = None) -> Schedule:
     """:func:`recompute_late` with only the values its peak needs computed once more (``s`` itself where
     it does not lower the peak). A recomputation costs a pass over its operands, and most lie where the
     step is far below its peak: of the 190 that DenseNet-161's memory-centric DP's smallest plan (batch
@@ -344,18 +345,18 @@ def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8, written_in_pl
     holds least is kept, the fewer recomputations on a tie: neither search always finds the least
     (that plan: 0.973 GiB as planned, 0.912 GiB judged in place; on three small dense blocks at batch
     1, 32², the search as planned holds 3% less for the memory-centric plan and 2% more for the
-    time-centric one, ``tests/test_refine.py``).
+    time-centric one, ``tests/test_refine.py``). ``as_planned``: the search's result judged as
+    planned, where the caller has it (it is not searched again).
     """
-    def planned(schedule: Schedule) -> Simulation:
-        return simulate(p, schedule)
-
+    if as_planned is None:
+        as_planned = _fewest_late(p, s, min_gap, lambda schedule: simulate(p, schedule))
     if not written_in_place:
-        return _fewest_late(p, s, min_gap, planned)
+        return as_planned
 
     def placed(schedule: Schedule) -> Simulation:
         return simulate(p, in_place(p, schedule))
 
-    found = [s, _fewest_late(p, s, min_gap, placed), _fewest_late(p, s, min_gap, planned)]
+    found = [s, _fewest_late(p, s, min_gap, placed), as_planned]
     return min(found, key=lambda x: (placed(x).peak, len(x)))
 
 
