@@ -121,3 +121,16 @@ def test_late_recomputations_for_a_step_run_in_place_hold_the_least_of_both_sear
         assert (judged_in_place < as_planned) if strategy == "tc" else (as_planned < judged_in_place)
         both = plan.with_rewrites(g, recompute_late=True, in_place=True)
         assert both.peak == min(as_planned, judged_in_place) == simulate(p, both.runs(g)).peak
+
+
+def test_the_refine_benchmark_prints_each_plan_as_the_executor_runs_it():
+    """``benchmarks.refine`` end to end on a tiny network: a row per plan, the refined one within its
+    limit and recomputing less than the memory-centric one."""
+    from benchmarks import refine as bench
+
+    rows = bench.run("resblock", 2, 32, [1.0])
+    labels = [r[0] for r in rows]
+    assert labels == ["time-centric", "memory-centric", "every nested set inserted", "refined within 1 GiB"]
+    by = dict(zip(labels, rows))
+    assert float(by["refined within 1 GiB"][1]) <= 1.0
+    assert by["refined within 1 GiB"][2] < by["memory-centric"][2]

@@ -1,0 +1,73 @@
+"""Plans between the two strategies (``recompute.refine``) at the paper's size: peak against recomputation.
+
+    python -m benchmarks.refine                  # DenseNet-161, batch 32, 224², limits 0.95 and 0.99 GiB
+    python -m benchmarks.refine --write          # and update docs/benchmarks.md
+
+The network's step is traced on fake inputs and planned in the paper's costs (10 per convolution, 1
+otherwise) with the simulator's memory model. Each row is run as the executor runs it with both
+rewrites (``Plan.with_rewrites(recompute_late=True, in_place=True)``): its simulated peak, parameters
+and buffers included, and its recomputation in cost units, the late copies included. The refined
+plans are the memory-centric plan with the time-centric plan's nested lower sets inserted within each
+``--limits`` (GiB, parameters included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import date
+
+import recompute
+from recompute import nets
+from recompute.measure import default_loss
+from recompute.refine import finest, refine
+
+from .common import REPO, head_commit, markdown_table, write_section
+
+GIB = 2**30
+HEADERS = ["plan", "peak GiB (late, in place, +params)", "recomputation (cost units)", "late recomputations",
+           "lower sets", "search s"]
+
+
+def run(name: str, batch: int, size: int, limits: list[float]) -> list[list[object]]:
+    model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    g = recompute.trace(model, inputs, loss_fn=default_loss)
+    tc, mc = (recompute.plan(g, "approxdp", strategy=s, memory_model="simulator") for s in ("tc", "mc"))
+    plans = [("time-centric", tc, 0.0), ("memory-centric", mc, 0.0),
+             ("every nested set inserted", recompute.Plan.from_sequence(g, finest(mc.lower_sets, tc.lower_sets),
+                                                                         method="approxdp", strategy="mc",
+                                                                         memory_model=mc.memory_model), 0.0)]
+    for limit in limits:
+        start = time.perf_counter()
+        plans.append((f"refined within {limit:g} GiB", refine(g, mc, tc, int(limit * GIB) - params),
+                      time.perf_counter() - start))
+    rows = []
+    for label, p, seconds in plans:
+        run_ = p.with_rewrites(g, recompute_late=True, in_place=True)
+        rows.append([label, f"{(run_.peak + params) / GIB:.3f}", run_.overhead,
+                     run_.info.get("late recomputations", 0), len(p.lower_sets), f"{seconds:.1f}" if seconds else ""])
+        print(" | ".join(map(str, rows[-1])), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", default="densenet161", choices=nets.names(paper_only=True))
+    parser.add_argument("--limits", nargs="+", type=float, default=[0.95, 0.99], help="GiB, parameters included")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    commit = head_commit()
+    paper = nets.spec(args.net)
+    rows = run(args.net, paper.batch_size, paper.input_size[0], args.limits)
+    command = " ".join(["python -m benchmarks.refine", *(sys.argv[1:] if argv is None else argv)])
+    text = (f"`{command}` ({args.net}, batch {paper.batch_size}, {paper.input_size[0]}², commit {commit}, "
+            f"{date.today()})\n\n" + markdown_table(HEADERS, rows))
+    print(text)
+    if args.write:
+        write_section(REPO / "docs" / "benchmarks.md", "refine", text)
+
+
+if __name__ == "__main__":
+    main()
