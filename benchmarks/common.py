@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
+import shlex
 import subprocess
+import sys
+import tempfile
+from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -26,6 +29,23 @@ def head_commit() -> str:
     if "RECOMPUTE_COMMIT" in os.environ:
         return os.environ["RECOMPUTE_COMMIT"]
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command running, as a user would type it: ``python -m <module> <arguments>`` (``argv``: the
+    arguments, where ``main`` was handed them; else the process's), after the thread count that shapes
+    its timings (``OMP_NUM_THREADS``) where it is set."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    program = f"python -m {spec.name}" if spec is not None else f"python {Path(sys.argv[0]).name}"
+    threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+    arguments = shlex.join(sys.argv[1:] if argv is None else argv)
+    return f"{threads}{program}{' ' + arguments if arguments else ''}"
+
+
+def made_by(commit: str, *details: str, argv: Sequence[str] | None = None) -> str:
+    """The line above a table that says what made it: the command (:func:`command_line`), the commit it
+    ran at (:func:`head_commit`, read before the run) and the date, then ``details``."""
+    return f"`{command_line(argv)}` (" + ", ".join([f"commit {commit}", str(date.today()), *details]) + ")"
 
 
 def shared_cache_bytes(default: int = 32 * 2**20) -> int:

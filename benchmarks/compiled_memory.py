@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from typing import Any, Callable
 
 import torch
@@ -29,7 +28,7 @@ from recompute.partitions import _decompositions
 from recompute.simulate import simulate_partition
 from recompute.workspace import Workspace
 
-from .common import head_commit, markdown_table
+from .common import head_commit, made_by, markdown_table
 from .head_to_head_cuda import require_cuda
 
 GIB = 2**30
@@ -92,9 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     device = require_cuda()
     commit = head_commit()
     rows = [r for name in args.nets for r in run_net(name, args.budgets)]
-    command = " ".join(["python -m benchmarks.compiled_memory", *(argv if argv is not None else sys.argv[1:])])
-    print(f"`{command}` on {device} (torch {torch.__version__}, "
-          f"commit {commit})\n\n" + markdown_table(HEADERS, rows))
+    print(f"{made_by(commit, f'on {device}', f'torch {torch.__version__}', argv=argv)}\n\n{markdown_table(HEADERS, rows)}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.memory_model import PLANNING, MemoryModel
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 # network → (batch, input size) for CPU timing
 SIZES = {"resnet50": (8, 64), "resnet152": (4, 64), "vgg19": (8, 64), "densenet161": (4, 64),
@@ -93,12 +93,13 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    commit = head_commit()
     rows = run(args.nets, args.memory_model, args.warmup, args.iterations, [labels[m] for m in args.methods],
                args.rounds)
-    table = markdown_table(HEADERS, rows)
-    print(table)
+    text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, rows)}"
+    print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "cpu-time-table", table)
+        write_section(REPO / "docs" / "benchmarks.md", "cpu-time-table", text)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,8 @@ gives the simulated peak, the measured CUDA peak, the peak the step would have h
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 import torch
@@ -26,7 +24,7 @@ import recompute
 from recompute import nets
 from recompute.measure import default_loss
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 GIB, MIB = 2**30, 2**20
 
@@ -108,9 +106,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("benchmarks.cuda_workspace needs a CUDA GPU (torch.cuda.is_available() is False)")
     commit = head_commit()
     rows = [b.row() for name in args.nets for b in run(name, args.methods)]
-    command = " ".join(["python -m benchmarks.cuda_workspace", *(sys.argv[1:] if argv is None else argv)])
-    text = (f"`{command}` on {torch.cuda.get_device_name()} (torch {torch.__version__}, commit {commit}, "
-            f"{date.today()})\n\n{markdown_table(HEADERS, rows)}")
+    device = f"on {torch.cuda.get_device_name()}"
+    text = f"{made_by(commit, device, f'torch {torch.__version__}', argv=argv)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "cuda-workspace", text)

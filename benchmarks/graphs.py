@@ -13,7 +13,7 @@ import argparse
 import recompute
 from recompute import nets
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 # Why #V differs from the paper's where it does by more than 10% (checked against the traced ops).
 REASONS = {
@@ -46,10 +46,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update docs/graphs.md")
     args = parser.parse_args()
-    table = markdown_table(HEADERS, rows())
-    print(table)
+    commit = head_commit()
+    text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, rows())}"
+    print(text)
     if args.write:
-        write_section(REPO / "docs" / "graphs.md", "graphs-table", table)
+        write_section(REPO / "docs" / "graphs.md", "graphs-table", text)
 
 
 if __name__ == "__main__":

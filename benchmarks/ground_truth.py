@@ -33,7 +33,6 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 import torch
@@ -43,7 +42,7 @@ from recompute import nets, partitions
 from recompute.dynamo import Backend
 from recompute.measure import default_loss
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 NETWORKS = ("resnet50", "densenet161", "googlenet")
 BATCHES = (4, 8, 16, 32)
@@ -240,8 +239,7 @@ def main() -> None:
         raise SystemExit("benchmarks.ground_truth reads the resident-set peak from /proc/self (Linux); not available here")
     start, commit = time.perf_counter(), head_commit()
     rows = [r for name in args.nets for r in run_net(name, args.steps, args.batch)]
-    text = (f"`python -m benchmarks.ground_truth{' --write' if args.write else ''}` (commit {commit}, {date.today()}, "
-            f"{time.perf_counter() - start:.0f} s, one thread)\n\n" + table(rows))
+    text = f"{made_by(commit, f'{time.perf_counter() - start:.0f} s', 'one thread')}\n\n{table(rows)}"
     print(text)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "ground-truth", text)

@@ -35,9 +35,7 @@ import argparse
 import contextlib
 import copy
 import json
-import sys
 from dataclasses import asdict, dataclass, replace
-from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -48,7 +46,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.partitions import SOLVERS
 
-from .common import REPO, head_commit, markdown_table, write_atomic, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_atomic, write_section
 from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method, refined, rewritten
 
 FIGURES = REPO / "paper_figures"
@@ -258,14 +256,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = require_cuda()
     grid = Grid(tuple(args.budgets), tuple(args.solvers), args.ours, tuple(args.remat), not args.eager)
-    command = " ".join(["python -m benchmarks.head_to_head_cuda", *(argv if argv is not None else sys.argv[1:])])
-    made_by = f"`{command}`, torch {torch.__version__}, commit {head_commit()}, {date.today()}"
+    made = made_by(head_commit(), f"torch {torch.__version__}", argv=argv)
     # a run of some networks keeps the others' points (each table names what measured it)
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     for name in args.nets:
         # an --eager run keeps the network's compiled points (minutes of inductor compiles each)
         kept = [p for p in done.get(name, []) if not p.exact] if args.eager else []
-        done[name] = [replace(p, made_by=made_by) for p in run_net(name, args.iterations, grid=grid)] + kept
+        done[name] = [replace(p, made_by=made) for p in run_net(name, args.iterations, grid=grid)] + kept
         print(net_table(done[name]), flush=True)
         if args.write:
             text = json.dumps([asdict(p) for p in done[name]], indent=1)

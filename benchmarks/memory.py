@@ -17,7 +17,7 @@ import recompute
 from recompute import nets
 from recompute.memory_model import MemoryModel
 
-from .common import REPO, markdown_table, net_method_args, paper_table1, write_section
+from .common import REPO, head_commit, made_by, markdown_table, net_method_args, paper_table1, write_section
 
 # label → (method, strategy, memory model): the DPs with the paper's eq. (2) and with the liveness model
 METHODS = {
@@ -78,10 +78,11 @@ HEADERS = ["network", "method", "measured GiB (fake)", "predicted GiB", "predict
 
 def main() -> None:
     args = net_method_args(__doc__, list(METHODS))
-    table = markdown_table(HEADERS, run(args.nets, args.methods))
-    print(table)
+    commit = head_commit()
+    text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, run(args.nets, args.methods))}"
+    print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "memory-table", table)
+        write_section(REPO / "docs" / "benchmarks.md", "memory-table", text)
 
 
 if __name__ == "__main__":

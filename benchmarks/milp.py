@@ -29,7 +29,7 @@ from recompute.plan import InfeasibleBudget
 from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.milp import NoSolution
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 GIB = 2**30
 DEFAULT_NETS = nets.names(paper_only=True)
@@ -130,11 +130,12 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     options = {"time_limit": args.time_limit, "max_nodes": args.max_nodes, "retries": args.retries}
+    commit = head_commit()
     grid, peaks = run(args.nets, args.budgets, options, tuple(args.slow))
-    command = (f"python -m benchmarks.milp --nets {' '.join(args.nets)} --budgets {args.budgets} "
-               f"--time-limit {args.time_limit:g} --max-nodes {args.max_nodes} --retries {args.retries}"
-               + (f" --slow {' '.join(args.slow)}" if args.slow else ""))
-    text = f"`{command}`\n\n{markdown_table(GRID, grid)}\n\n{markdown_table(PEAKS, peaks)}"
+    settings = (f"nets {' '.join(args.nets)}, {args.budgets} budgets, {args.time_limit:g} s per solve, "
+                f"graphs coarsened to {args.max_nodes} nodes, {args.retries} retries"
+                + (f", exactdp not solved for budgets on {' '.join(args.slow)}" if args.slow else ""))
+    text = f"{made_by(commit, settings)}\n\n{markdown_table(GRID, grid)}\n\n{markdown_table(PEAKS, peaks)}"
     print(text)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "milp-table", text)

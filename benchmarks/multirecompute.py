@@ -28,7 +28,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.memory_model import MemoryModel
 
-from .common import REPO, markdown_table, net_method_args, write_section
+from .common import REPO, head_commit, made_by, markdown_table, net_method_args, write_section
 
 LIVENESS = {"memory_model": MemoryModel.liveness}
 CANONICAL: dict[str, tuple[str, str | None, dict[str, Any]]] = {
@@ -125,10 +125,11 @@ def verdicts(rows: list[Row]) -> str:
 
 def main() -> None:
     args = net_method_args(__doc__, METHODS, NETS)
+    commit = head_commit()
     bar = tqdm(total=len(args.nets) * len(args.methods), desc="multirecompute", leave=False)
     rows = [row for name in args.nets for row in rows_for(name, args.methods, bar)]
     bar.close()
-    text = table(rows) + "\n\n" + verdicts(rows)
+    text = f"{made_by(commit)}\n\n{table(rows)}\n\n{verdicts(rows)}"
     print(text)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "multirecompute-table", text)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -29,7 +29,7 @@ from recompute import baselines, nets
 from recompute.exactness import compare
 from recompute.measure import default_loss
 
-from .common import REPO, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 # network → (batch, input size): the issue's reduced CPU sizes
 SIZES = {"resnet50": (8, 64), "densenet161": (8, 64), "googlenet": (8, 96), "vgg19": (4, 48), "unet": (2, 128)}
@@ -60,6 +60,7 @@ class Point:
         grad_bytes: the parameter gradients' bytes at the end of the step (the floor under ``full_peak``).
         exact: :meth:`recompute.exactness.Exactness.summary`, or why it did not run.
         same_as: the label of an identical plan measured before (its numbers are reused).
+        made_by: the command, commit and date that measured it (:func:`benchmarks.common.made_by`).
     """
 
     network: str
@@ -72,6 +73,7 @@ class Point:
     seconds: float | None = None
     exact: str = ""
     same_as: str = ""
+    made_by: str = ""
 
     @property
     def label(self) -> str:
@@ -283,7 +285,8 @@ def load(name: str, folder: Path = FIGURES) -> list[Point] | None:
 def report(done: dict[str, list[Point]]) -> str:
     """Every network's table (in :data:`SIZES` order), then the verdicts."""
     names = [n for n in SIZES if n in done]
-    tables = [f"**{n}** (batch {SIZES[n][0]}, {SIZES[n][1]}²)\n\n{net_table(done[n])}" for n in names]
+    tables = [f"**{n}** (batch {SIZES[n][0]}, {SIZES[n][1]}²; {done[n][0].made_by or 'command and commit not recorded'})"
+              f"\n\n{net_table(done[n])}" for n in names]
     verdicts = [f"**{title}**\n\n" + markdown_table(VERDICT_HEADERS, [verdict(done[n], metric) for n in names])
                 for metric, title in (("peak", "Peak without the parameter gradients"),
                                       ("full_peak", "Whole peak (parameter gradients included)"))]
@@ -303,14 +306,16 @@ def main() -> None:
     parser.add_argument("--figures", action="store_true", help="write paper_figures/cpu_pareto_<net>.png")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    made = made_by(head_commit())
     # with --write, the networks not run now are reported from what an earlier run kept
     done = {n: ps for n in SIZES if args.write and (ps := load(n)) is not None}
     total = variant_count(args.methods, args.budgets) * len(args.nets)
     with tqdm(total=total, desc="pytorch vs ours", leave=False) as bar:
         for name in args.nets:
             batch, size = SIZES[name]
-            done[name] = run_net(name, batch, size, args.methods, budgets=args.budgets, iterations=args.iterations,
-                                 warmup=args.warmup, max_overhead=args.max_overhead, bar=bar)
+            done[name] = [replace(p, made_by=made) for p in run_net(
+                name, batch, size, args.methods, budgets=args.budgets, iterations=args.iterations,
+                warmup=args.warmup, max_overhead=args.max_overhead, bar=bar)]
             print(f"{name}\n{net_table(done[name])}\n", flush=True)
             if args.figures:
                 figure(done[name], FIGURES / f"cpu_pareto_{name}.png")

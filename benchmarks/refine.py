@@ -14,16 +14,14 @@ plans are the memory-centric plan with the time-centric plan's nested lower sets
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from datetime import date
 
 import recompute
 from recompute import nets
 from recompute.measure import default_loss
 from recompute.refine import finest, refine
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 GIB = 2**30
 HEADERS = ["plan", "peak GiB (late, in place, +params)", "recomputation (cost units)", "late recomputations",
@@ -61,9 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     commit = head_commit()
     paper = nets.spec(args.net)
     rows = run(args.net, paper.batch_size, paper.input_size[0], args.limits)
-    command = " ".join(["python -m benchmarks.refine", *(sys.argv[1:] if argv is None else argv)])
-    text = (f"`{command}` ({args.net}, batch {paper.batch_size}, {paper.input_size[0]}², commit {commit}, "
-            f"{date.today()})\n\n" + markdown_table(HEADERS, rows))
+    shape = f"{args.net}, batch {paper.batch_size}, {paper.input_size[0]}²"
+    text = f"{made_by(commit, shape, argv=argv)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "refine", text)

@@ -22,7 +22,7 @@ import recompute
 from recompute import nets
 from recompute.memory_model import MemoryModel
 
-from .common import REPO, markdown_table, net_method_args, write_section
+from .common import REPO, head_commit, made_by, markdown_table, net_method_args, write_section
 
 LIVENESS = {"memory_model": MemoryModel.liveness}
 METHODS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
@@ -61,16 +61,17 @@ def rows_for(name: str, labels: list[str], bar: tqdm) -> list[list[object]]:
 
 def main() -> None:
     args = net_method_args(__doc__, list(METHODS))
+    commit = head_commit()
     small = recompute.trace(*nets.build("resblock"))
     for method, strategy, options in METHODS.values():  # compile (or load) the numba kernels before timing
         recompute.plan(small, method, strategy=strategy, **options)
     bar = tqdm(total=len(args.nets) * len(args.methods), desc="reforward", leave=False)
     rows = [row for name in args.nets for row in rows_for(name, args.methods, bar)]
     bar.close()
-    table = markdown_table(HEADERS, rows)
-    print(table)
+    text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, rows)}"
+    print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "reforward-table", table)
+        write_section(REPO / "docs" / "benchmarks.md", "reforward-table", text)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,7 @@ by the device, torch version, commit and command.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from datetime import date
 
 import torch
 from tqdm import tqdm
@@ -33,7 +31,7 @@ import recompute
 from recompute import nets
 from recompute.measure import default_loss
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 METHODS = [("vanilla", None), ("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"),
            ("exactdp", "tc"), ("exactdp", "mc")]
@@ -122,9 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     peak_headers, budget_headers = headers(args.backend)
     text = (markdown_table(peak_headers, peaks) + "\n\nPlans solved for a budget (the simulated peak is what"
             " the budget bounds):\n\n" + markdown_table(budget_headers, budgets))
-    if args.backend == "cuda":
-        text = (f"`python -m benchmarks.simulator {' '.join(sys.argv[1:] if argv is None else argv)}` on {torch.cuda.get_device_name()} "
-                f"(torch {torch.__version__}, commit {commit}, {date.today()})\n\n{text}")
+    device = [f"on {torch.cuda.get_device_name()}", f"torch {torch.__version__}"] if args.backend == "cuda" else []
+    text = f"{made_by(commit, *device, argv=argv)}\n\n{text}"
     print(text)
     if args.write:
         marker = "simulator-table" if args.backend == "fake" else "simulator-cuda-table"

@@ -27,7 +27,7 @@ from recompute import kernels, nets
 from recompute.memory_model import PLANNING, MemoryModel
 from recompute.planners.dp import TooManyLowerSets, all_lower_sets
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 
 METHODS = [("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"), ("exactdp", "tc"),
            ("exactdp", "mc")]
@@ -92,16 +92,15 @@ def main() -> None:
     commit = head_commit()
     if args.app:
         table = markdown_table(["network", *(f"{m} solve s (+kernel load s)" for m in APP_METHODS)], app_rows(args.nets))
-        print(table)
-        if args.write:
-            write_section(REPO / "docs" / "benchmarks.md", "solve-time-app", f"`python -m benchmarks.solve_time --app --write` "
-                          f"at commit {commit}\n\n{table}")
-        return
-    headers = ["network", "#V", "#lower sets"] + [f"{m}{'-' + s if s else ''} s" for m, s in METHODS]
-    table = markdown_table(headers, run(args.nets, args.memory_model, args.repeats))
-    print(table)
+        marker = "solve-time-app"
+    else:
+        headers = ["network", "#V", "#lower sets"] + [f"{m}{'-' + s if s else ''} s" for m, s in METHODS]
+        table = markdown_table(headers, run(args.nets, args.memory_model, args.repeats))
+        marker = f"solve-time-{args.memory_model}"
+    text = f"{made_by(commit)}\n\n{table}"
+    print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", f"solve-time-{args.memory_model}", table)
+        write_section(REPO / "docs" / "benchmarks.md", marker, text)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from datetime import date
 
 import torch
 
@@ -31,7 +30,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.timing import TimeModel, schedule_calls
 
-from .common import REPO, head_commit, markdown_table, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_section
 from .cpu_time import SIZES
 
 # (label, method, strategy): no recomputation, then three plans of growing overhead
@@ -93,8 +92,7 @@ def main() -> None:
     commit = head_commit()
     rows = run(args.nets, args.steps, args.repeats, args.rounds)
     worst = max(abs(float(r[-2]) - 1) for r in rows)
-    text = (f"`OMP_NUM_THREADS=1 python -m benchmarks.timemodel --write` (commit {commit}, {date.today()}; "
-            f"largest error {worst:.1%})\n\n" + markdown_table(HEADERS, rows))
+    text = f"{made_by(commit, f'largest error {worst:.1%}')}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
         write_section(REPO / "docs" / "benchmarks.md", "time-model", text)
