@@ -15,6 +15,7 @@ import numpy as np
 from .graph import Graph
 
 __all__ = [
+    "node_mask",
     "delta_plus",
     "delta_minus",
     "is_lower_set",
@@ -30,27 +31,37 @@ __all__ = [
 NodeSet = AbstractSet[int]
 
 
+def node_mask(g: Graph, s: Iterable[int]) -> np.ndarray:
+    """The set ``s`` as a boolean array over V: the set operations below run over the edge arrays."""
+    inside = np.zeros(g.n, dtype=bool)
+    inside[np.fromiter(s, dtype=np.int64)] = True
+    return inside
+
+
 def delta_plus(g: Graph, s: Iterable[int]) -> frozenset[int]:
     """δ⁺(S): nodes with an edge from some node of S."""
-    return frozenset(w for v in s for w in g.succs[v])
+    src, dst = g.edge_arrays
+    return frozenset(np.unique(dst[node_mask(g, s)[src]]).tolist())
 
 
 def delta_minus(g: Graph, s: Iterable[int]) -> frozenset[int]:
     """δ⁻(S): nodes with an edge into some node of S."""
-    return frozenset(u for v in s for u in g.preds[v])
+    src, dst = g.edge_arrays
+    return frozenset(np.unique(src[node_mask(g, s)[dst]]).tolist())
 
 
 def is_lower_set(g: Graph, s: NodeSet) -> bool:
-    """L ≺ V iff δ⁻(L) ⊆ L."""
-    return all(u in s for v in s for u in g.preds[v])
+    """L ≺ V iff δ⁻(L) ⊆ L: no edge enters L from outside it."""
+    src, dst = g.edge_arrays
+    inside = node_mask(g, s)
+    return not (inside[dst] & ~inside[src]).any()
 
 
 def boundary(g: Graph, lower: NodeSet) -> frozenset[int]:
     """∂(L) = δ⁻(V \\ L) ∩ L: the nodes of L that something outside L reads (the tails of the edges
     that leave L, over the edge arrays: planners call it for every lower set of a plan)."""
     src, dst = g.edge_arrays
-    inside = np.zeros(g.n, dtype=bool)
-    inside[np.fromiter(lower, dtype=np.int64, count=len(lower))] = True
+    inside = node_mask(g, lower)
     return frozenset(np.unique(src[inside[src] & ~inside[dst]]).tolist())
 
 
@@ -93,11 +104,15 @@ def overhead(g: Graph, seq: Sequence[NodeSet], *, include_last: bool = False) ->
     number is the work the executor really repeats (0 for vanilla); ``include_last=True`` gives eq. (1)
     verbatim.
     """
-    vs = blocks(seq)
-    last = len(vs) if include_last else len(vs) - 1
-    total = 0
-    for lower, block in zip(seq[:last], vs[:last]):
-        total += sum(int(g.time[v]) for v in block - boundary(g, frozenset(lower)))
+    last = len(seq) if include_last else len(seq) - 1
+    src, dst = g.edge_arrays
+    total, below = 0, np.zeros(g.n, dtype=bool)
+    for lower in seq[:last]:
+        inside = node_mask(g, lower)
+        recomputed = inside & ~below
+        recomputed[src[inside[src] & ~inside[dst]]] = False  # ∂(L_i) is cached, not recomputed
+        total += int(g.time[recomputed].sum())
+        below = inside
     return total
 
 

@@ -17,7 +17,7 @@ the DPs and the exhaustive search add up.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import AbstractSet, Any, Iterable, Sequence
+from typing import AbstractSet, Any, Sequence
 
 import numpy as np
 
@@ -73,15 +73,18 @@ class MemoryModel(StrEnum):
         kept whole, the saved values (S_v ≤ M_v) of its recomputed rest, the gradients arriving from
         above, the saved inputs of the nodes above, and two gradients in flight."""
         self._formula()
-        lower, upper = frozenset(lower), frozenset(upper)
-        block = upper - lower
-        above = lowerset.delta_plus(g, upper) - upper
-        inputs_above = lowerset.delta_minus(g, above) - upper
-        bd = lowerset.boundary(g, upper)
-        added = _sum(g.mem, bd - lower)
+        src, dst = g.edge_arrays
+        below, inside = lowerset.node_mask(g, lower), lowerset.node_mask(g, upper)
+        block = inside & ~below
+        leaving = inside[src] & ~inside[dst]  # the edges from L′ to the nodes above it
+        above, bd, inputs_above = (np.zeros(g.n, dtype=bool) for _ in range(3))
+        above[dst[leaving]] = True
+        bd[src[leaving]] = True
+        inputs_above[src[above[dst] & ~inside[src]]] = True
+        added = _sum(g.mem, bd & ~below)
         if self is MemoryModel.paper:
             return 2 * _sum(g.mem, block) + _sum(g.mem, above) + _sum(g.mem, inputs_above), added
-        return (added + _sum(g.saved, block - bd) + _sum(g.mem, above) + _sum(g.saved, inputs_above)
+        return (added + _sum(g.saved, block & ~bd) + _sum(g.mem, above) + _sum(g.saved, inputs_above)
                 + gradient_allowance(g)), added
 
     def block_memory(self, g: Graph, seq: Sequence[NodeSet]) -> list[int]:
@@ -121,5 +124,6 @@ def gradient_allowance(g: Graph) -> int:
     return 2 * int(g.mem.max()) if g.n else 0
 
 
-def _sum(values: np.ndarray, nodes: Iterable[int]) -> int:
-    return sum(int(values[v]) for v in nodes)
+def _sum(values: np.ndarray, nodes: np.ndarray) -> int:
+    """Σ values[v] over the nodes of a boolean mask."""
+    return int(values[nodes].sum())
