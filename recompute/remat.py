@@ -314,6 +314,7 @@ def recompute_late(p: "Program", s: Schedule, min_gap: int = 8, only: Set[Instan
         return s
     steps, reads, block = list(s.steps[:b]), list(s.reads[:b]), list(s.block[:b]) if s.block else []
     at = list(range(b))  # old step index → new
+    rereads = {i for i, _ in moved}
     for i in range(b, len(s)):
         for inst, r in before.get(i, ()):
             steps.append(inst)
@@ -321,7 +322,7 @@ def recompute_late(p: "Program", s: Schedule, min_gap: int = 8, only: Set[Instan
             block.extend([s.block[i]] if s.block else [])
         at.append(len(steps))
         steps.append(s.steps[i])
-        reads.append(tuple(moved.get((i, r), r) for r in s.reads[i]))
+        reads.append(tuple(moved.get((i, r), r) for r in s.reads[i]) if i in rereads else s.reads[i])
         block.extend([s.block[i]] if s.block else [])
     return Schedule(steps=steps, reads=reads, backward_start=b, block=block,
                     release={at[i]: insts for i, insts in s.release.items()})

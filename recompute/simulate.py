@@ -114,7 +114,10 @@ class Lifetimes:
         c = self.copy.get(inst)
         if c is None:
             return []
-        return [self.moved.get((st, c), (st, c)) for st in self.table.of.get(self.node(inst[0]), ())]
+        of = self.table.by_name[1].get(inst[0], ())
+        if not self.moved:
+            return [(st, c) for st in of]
+        return [self.moved.get((st, c), (st, c)) for st in of]
 
 
 def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
@@ -123,12 +126,12 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
     nothing, its output living in the storage of the instance it writes into."""
     joint = p.joint
     life = Lifetimes(joint_table(joint), joint.node, [], {}, [], {(name, 0): 0 for name in joint.tangents}, {})
-    table, node, copy = life.table, life.node, life.copy
+    made_by, copy = life.table.by_name[0], life.copy
     for step, (inst, reads) in enumerate(zip(s.steps, s.reads)):
-        x = node(inst[0])
-        if x in table.made:
+        made = made_by.get(inst[0])
+        if made is not None:
             copy[inst] = inst[1]
-            own = [(st, inst[1]) for st in table.made[x]]
+            own = [(st, inst[1]) for st in made]
             if step in s.into:
                 (target,) = life.storages(s.into[step])
                 life.moved.update((st, target) for st in own)
@@ -155,8 +158,8 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
     life.tangents = [st for name in joint.tangents for st in life.storages((name, 0))]
     # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
     _extend(last, life.tangents, n)
-    for x in [*joint.user_outputs, *(node(g) for g in joint.gradients)]:
-        _extend(last, life.storages((x.name, 0)), n)
+    for name in [*(x.name for x in joint.user_outputs), *joint.gradients]:
+        _extend(last, life.storages((name, 0)), n)
     return life
 
 

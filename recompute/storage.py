@@ -14,6 +14,7 @@ forward value it is handed). Placeholders and constants are storages too; whethe
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -88,6 +89,12 @@ class StorageTable:
             for s in dict.fromkeys(s for a in node.all_input_nodes for s in of.get(a, ())):
                 readers[s].append(node)
         return cls(np.asarray(sizes, np.int64), tuple(maker), made, of, tuple(tuple(r) for r in readers))
+
+    @functools.cached_property
+    def by_name(self) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+        """``made`` and ``of`` keyed by node name, as a schedule names its steps (built once: the
+        simulator looks up every read of every step)."""
+        return {n.name: v for n, v in self.made.items()}, {n.name: v for n, v in self.of.items()}
 
     def reads(self, node: fx.Node) -> tuple[int, ...]:
         """The storages ``node`` reads (each once, in the order of its inputs)."""
