@@ -10,6 +10,7 @@ PSPNet's vanilla probes (batch 2 fits, 3 does not) and PSPNet's CPU Figure 4 tim
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -205,6 +206,25 @@ def test_every_benchmark_table_in_the_docs_names_the_command_and_commit_that_mad
                 continue
             assert re.search(r"`(OMP_NUM_THREADS=\d+ )?python -m benchmarks\.\w+[^`]*`", body), f"{doc}: {name} names no command"
             assert stamped, f"{doc}: {name} names no commit"
+
+
+def test_every_name_of_the_library_the_docs_cite_exists():
+    # `recompute.<module>.<name>` in the README and the docs: a rename leaves no dead reference behind
+    docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "paper_figures").glob("*.md")]
+    cited = {m.group(1) for f in docs for m in re.finditer(r"`(recompute(?:\.\w+)+)", f.read_text())}
+    assert len(cited) > 20
+    for ref in sorted(cited):
+        parts = ref.split(".")
+        depth = len(parts)
+        while True:  # the longest prefix that is a module
+            try:
+                obj = importlib.import_module(".".join(parts[:depth]))
+                break
+            except ImportError:
+                depth -= 1
+        for name in parts[depth:]:
+            assert hasattr(obj, name), f"the docs cite {ref}, which does not exist"
+            obj = getattr(obj, name)
 
 
 def test_a_stale_include_block_is_found(tmp_path):
