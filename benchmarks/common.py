@@ -31,15 +31,15 @@ def head_commit() -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
 
 
-def command_line(argv: Sequence[str] | None = None) -> str:
+def command_line(argv: Sequence[str] | None = None, env: Sequence[str] = ("OMP_NUM_THREADS",)) -> str:
     """The command running, as a user would type it: ``python -m <module> <arguments>`` (``argv``: the
-    arguments, where ``main`` was handed them; else the process's), after the thread count that shapes
-    its timings (``OMP_NUM_THREADS``) where it is set."""
+    arguments, where ``main`` was handed them; else the process's), after the variables of ``env`` that
+    are set (by default the thread count, which shapes a benchmark's timings)."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     program = f"python -m {spec.name}" if spec is not None else f"python {Path(sys.argv[0]).name}"
-    threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+    settings = "".join(f"{k}={os.environ[k]} " for k in env if k in os.environ)
     arguments = shlex.join(sys.argv[1:] if argv is None else argv)
-    return f"{threads}{program}{' ' + arguments if arguments else ''}"
+    return f"{settings}{program}{' ' + arguments if arguments else ''}"
 
 
 def made_by(commit: str, *details: str, argv: Sequence[str] | None = None) -> str:

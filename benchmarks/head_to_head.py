@@ -64,7 +64,7 @@ from recompute.refine import finest, refine, step_peak
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
-from .common import REPO, head_commit, markdown_table, shared_cache_bytes, write_atomic, write_section
+from .common import REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic, write_section
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
@@ -776,10 +776,9 @@ def main() -> None:
     commit = head_commit()
     done = {n: ps for n in NETWORKS if args.write and (ps := load(n)) is not None}
     start = time.perf_counter()
+    command = command_line(env=("OMP_NUM_THREADS", *HUGE_PAGES))  # before the defaults below are set
     for key, value in HUGE_PAGES.items():
         os.environ.setdefault(key, value)
-    overridden = "".join(f"{k}={os.environ[k]} " for k, v in HUGE_PAGES.items() if os.environ[k] != v)
-    command = f"{overridden}OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write --jobs {args.jobs}"
     spawn = multiprocessing.get_context("spawn")
     # a fresh process per network: what run_net(own_process=True) keeps from the collector dies with it
     with spawn.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
