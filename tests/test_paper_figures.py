@@ -188,11 +188,6 @@ def test_docs_include_the_committed_artefacts():
     assert docs.stale() == []
 
 
-# sections made before the tables named their commit and not made again since (the docs say so
-# above each): what re-makes it
-NOT_MADE_AGAIN = {"pytorch-pareto": "python -m benchmarks.pytorch --write --figures"}
-
-
 def test_every_benchmark_table_in_the_docs_names_the_command_and_commit_that_made_it():
     # benchmarks.common.made_by writes both above each table; a table without them can be neither
     # re-made nor dated, and drifts from the code unseen (the solve times had: 0.2 s shown, 2.5 s run)
@@ -200,12 +195,8 @@ def test_every_benchmark_table_in_the_docs_names_the_command_and_commit_that_mad
         sections = re.findall(r"<!-- ([\w-]+) -->\n(.*?)<!-- /\1 -->", (ROOT / doc).read_text(), re.S)
         assert sections, f"{doc} has no benchmark tables"
         for name, body in sections:
-            stamped = re.search(r"commit [0-9a-f]{7}", body)
-            if name in NOT_MADE_AGAIN:
-                assert not stamped, f"{doc}: {name} names its commit now; drop it from NOT_MADE_AGAIN"
-                continue
             assert re.search(r"`(OMP_NUM_THREADS=\d+ )?python -m benchmarks\.\w+[^`]*`", body), f"{doc}: {name} names no command"
-            assert stamped, f"{doc}: {name} names no commit"
+            assert re.search(r"commit [0-9a-f]{7}", body), f"{doc}: {name} names no commit"
 
 
 def test_every_name_of_the_library_the_docs_cite_exists():
