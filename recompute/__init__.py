@@ -14,10 +14,10 @@ from .graph import Graph
 from .measure import Measurement, measure
 from .optimize import RecomputeModule, optimize
 from .plan import InfeasibleBudget, Plan, methods, plan
-from .trace import TraceError, trace
+from .trace import HookWarning, TraceError, trace
 
 __all__ = [
-    "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError",
+    "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError", "HookWarning",
     "trace", "plan", "methods", "execute", "optimize", "measure", "backend", "lowerset",
 ]
 

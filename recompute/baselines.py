@@ -35,6 +35,7 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint, checkpoint_seq
                                     create_selective_checkpoint_contexts)
 
 from .validate import check_options, keyword_options
+from .wrapper import ModelWrapper
 
 __all__ = ["Baseline", "BaselineModule", "Unsupported", "UnsupportedBackend", "NoBlocks", "blocks", "names", "spec",
            "COMPILE_BACKENDS"]
@@ -109,18 +110,30 @@ def spec(name: str) -> Baseline:
     return _REGISTRY[name]
 
 
-class BaselineModule(nn.Module):
+class BaselineModule(ModelWrapper):
     """``model`` (its parameters and buffers shared) trained under one of PyTorch's methods.
 
     Evaluation (``eval()`` or ``torch.no_grad()``) calls the model unchanged. Its recomputation reads
     the model's parameters again during backward, so :func:`recompute.measure` swaps another state
-    in (the ``fake`` backend's) for the whole step, not for the forward call alone.
+    in (the ``fake`` backend's) for the whole step, not for the forward call alone. A copy
+    (``copy.deepcopy``, ``pickle``) builds the method's forward again around its own model: the
+    forward is a closure over the model it was made for, and a copy holding it would train the original.
     """
 
-    def __init__(self, model: nn.Module, method: str, forward: Forward):
-        super().__init__()
-        self.model, self.method, self._train_forward = model, method, forward
+    def __init__(self, model: nn.Module, method: str, options: Mapping[str, Any]):
+        super().__init__(model)
+        self.method, self.options = method, dict(options)
+        self._train_forward = spec(method).fn(model, **self.options)
         self.backends = _REGISTRY[method].backends
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_train_forward"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._train_forward = spec(self.method).fn(self.model, **self.options)
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         if not (self.training and torch.is_grad_enabled()):

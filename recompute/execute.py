@@ -174,6 +174,17 @@ class _Run(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple:  # type: ignore[override]
+        if torch.is_grad_enabled():  # the engine enables grad mode in a backward only for create_graph=True
+            raise RuntimeError(
+                "a planned step computes first-order gradients only; this backward asks for their graph "
+                "(create_graph=True: a gradient penalty, double backpropagation), and the gradients would "
+                "carry no history back to the parameters. What to do: run such a step on the plain model "
+                "(the optimized module's .model).")
+        if ctx.saved is None:
+            raise RuntimeError(
+                "this planned step was already run backward: it frees each saved value at its last use, "
+                "so retain_graph=True cannot keep them for a second backward. What to do: add the losses "
+                "and call backward once (the same gradients), or run the forward again.")
         ex: Executor = ctx.ex
         args, ctx.saved = [*ctx.saved, *grads], None
         outer = _rng_state(ctx.device) if ex.replays_rng else None

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from . import baselines
 from .baselines import BaselineModule
@@ -12,34 +16,45 @@ from .execute import Executor
 from .graph import Graph
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .trace import trace
-from .validate import check_budget, check_cost_model, check_flag, check_inputs, check_model
+from .validate import check_arguments, check_budget, check_cost_model, check_flag, check_inputs, check_model, describe
+from .wrapper import ModelWrapper
 
 __all__ = ["optimize", "RecomputeModule"]
 
 
-class RecomputeModule(torch.nn.Module):
+class RecomputeModule(ModelWrapper):
     """A module that shares ``model``'s parameters and buffers and trains under a recomputation plan.
 
     Whenever autograd would record the step (grad enabled and a parameter or an input requires grad),
-    the call runs a plan traced for what the step is: the inputs' shapes, dtypes, devices and
-    ``requires_grad``, the ``training`` flag of every submodule, the parameters' ``requires_grad`` and
-    the autocast state. A call that differs in any of these traces and plans again (once; plans are
-    cached), so ``eval()``/``train()`` on the wrapper or on any inner module, freezing a layer or a new
-    batch size never reuse a plan made for another program. Gradients flow to the parameters and to
-    every input that requires grad, as in plain training. Otherwise (``torch.no_grad()``, nothing
-    requires grad) the model is called unchanged, since nothing is kept for backward there.
+    the call runs a plan traced for what the step is: the inputs' shapes, strides, dtypes, devices and
+    ``requires_grad``, the autocast state, and the model as it is now (:func:`_model_signature`: its
+    submodules, their ``training`` flags, settings and hooks, the parameters' and buffers' layouts and
+    ``requires_grad``). A call that differs in any of these traces and plans again (once; plans are
+    cached), so ``eval()``/``train()`` on the wrapper or on any inner module, freezing a layer, a new
+    batch size, channels-last inputs or weights, a replaced head or a changed dropout rate never reuse a
+    plan made for another program (whose views would not fit the new strides, or whose ops are not the model's).
+    Gradients flow to the parameters and to every input that requires grad, as in plain training.
+    Otherwise (``torch.no_grad()``, nothing requires grad) the model is called unchanged, since nothing
+    is kept for backward there. ``state_dict`` and ``load_state_dict`` are the model's own
+    (:class:`~recompute.wrapper.ModelWrapper`).
     """
 
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
                  cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
                  recompute_late: bool = False, in_place: bool = False):
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         self.method, self.strategy, self.budget, self.recompute_late = method, strategy, budget, recompute_late
         self.in_place = in_place
         self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the plans (``copy.deepcopy``, an EMA twin, ``pickle``): a copy plans again on its
+        first training call; the traced programs hold compiled planner tables that do not copy."""
+        state = self.__dict__.copy()
+        state["_executors"], state["last"] = {}, None
+        return state
 
     @property
     def graph(self) -> Graph | None:
@@ -55,21 +70,25 @@ class RecomputeModule(torch.nn.Module):
         """Everything that changes the traced step besides the parameters' values."""
         devices = sorted({x.device.type for x in inputs} | {"cpu"})
         return (
-            tuple((tuple(x.shape), x.dtype, x.device, x.requires_grad) for x in inputs),
-            tuple(m.training for m in self.model.modules()),
-            tuple(p.requires_grad for p in self.model.parameters()),
+            tuple((x.shape, x.stride(), x.dtype, x.device, x.requires_grad) for x in inputs),
+            _model_signature(self.model),
             tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in devices),
         )
 
-    def prepare(self, *inputs: torch.Tensor) -> Executor:
-        """Trace and plan for a step like this one (done lazily by ``forward``)."""
-        check_inputs(inputs)
-        key = self._program_key(inputs)
+    def prepare(self, *args: Any, **kwargs: Any) -> Executor:
+        """Trace and plan for a call like this one (done lazily by ``forward``)."""
+        return self._prepared(*_call_layout(self.model.forward, args, kwargs))
+
+    def _prepared(self, tensors: tuple[torch.Tensor, ...], layout: tuple) -> Executor:
+        check_inputs(tensors)
+        key = (layout, self._program_key(tensors))
         if key not in self._executors:
-            g = trace(self.model, inputs, cost_model=self.cost_model, **self.cost_options)
+            # a call with keyword or non-tensor arguments is traced as the model called with them fixed
+            module = self.model if layout == _positional(len(tensors)) else _Call(self.model, layout)
+            g = trace(module, tensors, cost_model=self.cost_model, **self.cost_options)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
             p = p.with_rewrites(g, recompute_late=self.recompute_late, in_place=self.in_place)
-            self._executors[key] = Executor(g, p, self.model)
+            self._executors[key] = Executor(g, p, module)
         self.last = self._executors[key]
         return self.last
 
@@ -80,15 +99,127 @@ class RecomputeModule(torch.nn.Module):
         return (any(p.requires_grad for p in self.model.parameters())
                 or any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs))
 
-    def forward(self, *inputs: torch.Tensor) -> Any:
-        if not self.records_backward(inputs):
-            return self.model(*inputs)
-        return self.prepare(*inputs)(*inputs)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, layout = _call_layout(self.model.forward, args, kwargs)
+        if not self.records_backward(tensors):
+            return self.model(*args, **kwargs)
+        return self._prepared(tensors, layout)(*tensors)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a call's tensor argument goes: the step's input ``index`` (no tuple, so that it equals
+    no constant argument)."""
+
+    index: int
+
+
+def _positional(n: int) -> tuple:
+    """The layout of a call with ``n`` positional tensors and nothing else."""
+    return tuple(_Slot(i) for i in range(n)), ()
+
+
+def _call_layout(forward: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple[tuple[torch.Tensor, ...], tuple]:
+    """A call's tensor arguments, in order, and the call with each of them replaced by its
+    :class:`_Slot`: the other arguments (``None``, a flag, a scale) are constants of the traced step,
+    so they are part of its key and must be hashable. The arguments are bound to ``forward``'s
+    signature first, defaults filled in, so that ``m(x)``, ``m(x, None)`` and ``m(x, mask=None)`` are
+    one call (and a call the model does not take fails as the plain call would)."""
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):  # no signature to bind to (a builtin): the call as written
+        signature = None
+    if signature is not None:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        args, kwargs = bound.args, bound.kwargs
+    tensors: list[torch.Tensor] = []
+
+    def slot(value: Any, where: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+            return _Slot(len(tensors) - 1)
+        if any(isinstance(x, torch.Tensor) for x in tree_leaves(value)):
+            raise TypeError(f"argument {where} holds tensors inside {describe(value)}; a planned step takes tensors as "
+                            "arguments of their own. What to do: pass each tensor as an argument, or wrap the model "
+                            "in a module whose forward takes them so.")
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"argument {where} is {describe(value)}: a planned step takes tensors and hashable constants "
+                            "(None, numbers, strings, tuples of them), which it is traced with. What to do: pass a "
+                            "tuple instead, or store the value on the module.") from None
+        return value
+
+    layout = (tuple(slot(a, str(i)) for i, a in enumerate(args)),
+              tuple((k, slot(v, repr(k))) for k, v in kwargs.items()))
+    return tuple(tensors), layout
+
+
+class _Call(torch.nn.Module):
+    """``model`` called with one call's non-tensor and keyword arguments fixed (``layout``, from
+    :func:`_call_layout`): its forward takes the tensors alone, as a traced step does."""
+
+    def __init__(self, model: torch.nn.Module, layout: tuple):
+        super().__init__()
+        self.model, self.layout = model, layout
+        self.train(model.training)
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        def fill(value: Any) -> Any:
+            return tensors[value.index] if isinstance(value, _Slot) else value
+
+        args, kwargs = self.layout
+        return self.model(*map(fill, args), **{k: fill(v) for k, v in kwargs})
+
+
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_GLOBAL_HOOKS = tuple(f"_global{h}" for h in _HOOKS)
+# what every module holds (its tensors, submodules, hooks: signed apart) but the ``training`` flag
+_INTERNALS = frozenset(vars(torch.nn.Module())) - {"training"}
+_SCALARS = frozenset({bool, int, float, str, type(None)})  # the common settings, checked first
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.layout,
+          torch.memory_format, enum.Enum)
+
+
+def _setting(value: Any) -> Any:
+    """What a module attribute contributes to the traced program: a plain value (a dropout rate, a
+    stride, BatchNorm's momentum) itself, a function (a monkey-patched ``forward``, an activation held
+    as an attribute) its identity; ``...`` for anything else (a submodule is signed on its own)."""
+    if type(value) is tuple and all(type(v) in _SCALARS for v in value):
+        return value
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (tuple, list)):
+        items = tuple(_setting(v) for v in value)
+        return ... if ... in items else items
+    return ("callable", id(value)) if callable(value) and not isinstance(value, torch.nn.Module) else ...
+
+
+def _model_signature(model: torch.nn.Module) -> tuple:
+    """Everything of ``model`` but its tensors' values that the traced step is made of: each
+    submodule's name, class, ``training`` flag and other plain settings (:func:`_setting`) and hooks,
+    its parameters' and buffers' names, shapes, strides, dtypes, devices and ``requires_grad``; the
+    global module hooks. A traced step runs the program it was traced as: a ReLU replaced by an
+    identity, a new momentum or a hook added after tracing would be ignored, silently, and weights
+    turned channels-last would break its views, if they did not make it trace again. (One pass over
+    the modules' dictionaries, made on every call: DenseNet-161's 573 modules take ~5 ms on this CPU,
+    ResNet-50's 151 ~1 ms.)"""
+    signed = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        d = vars(m)
+        settings = tuple([(k, v if type(v) in _SCALARS else _setting(v)) for k, v in d.items() if k not in _INTERNALS])
+        hooks = tuple([tuple(d[h]) for h in _HOOKS]) if any([d[h] for h in _HOOKS]) else ()
+        tensors = tuple([(k, t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+                         for k, t in (d["_parameters"] | d["_buffers"]).items() if t is not None]) \
+            if d["_parameters"] or d["_buffers"] else ()
+        signed.append((name, type(m), settings, hooks, tensors))
+    return tuple(signed), tuple(tuple(getattr(torch.nn.modules.module, h)) for h in _GLOBAL_HOOKS)
 
 
 def optimize(
     model: torch.nn.Module,
-    example_inputs: tuple[torch.Tensor, ...] | torch.Tensor | None = None,
+    example_inputs: tuple[Any, ...] | torch.Tensor | None = None,
     *,
     method: str = DEFAULT_METHOD,
     strategy: str | None = None,
@@ -118,14 +249,16 @@ def optimize(
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
     plan (it takes no ``budget``; ``torch_compile_budget`` has its ``budget_fraction``).
 
-    ``example_inputs`` plans eagerly (so a bad budget fails here, not in the first step); otherwise
-    planning happens on the first training call. Use it in an ordinary loop::
+    ``example_inputs`` (the positional arguments of a call) plans eagerly (so a bad budget fails
+    here, not in the first step); otherwise planning happens on the first training call. The module
+    takes what the model takes: keyword arguments and non-tensor ones (``mask=None``, a flag) are
+    constants of the traced step, and a call with others is traced and planned again. Use it in an ordinary loop::
 
         m = recompute.optimize(model, (x,))
         loss = crit(m(x), y); loss.backward(); opt.step()
     """
     check_model(model)
-    check_inputs(example_inputs, allow_none=True)
+    check_arguments(example_inputs)
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
     check_flag("recompute_late", recompute_late)
@@ -136,7 +269,7 @@ def optimize(
                 raise ValueError(f"{flag} rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")
         entry = baselines.spec(method)
         entry.check(strategy=strategy, budget=budget, options=plan_options)
-        base = BaselineModule(model, method, entry.fn(model, **plan_options))
+        base = BaselineModule(model, method, plan_options)
         base.train(model.training)
         return base
     spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)

@@ -20,6 +20,7 @@ import operator
 import re
 import time as _time
 import traceback
+import warnings
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -36,7 +37,7 @@ from .graph import Graph
 from .validate import check_cost_model, check_inputs, check_model
 from .workspace import step_workspace
 
-__all__ = ["trace", "graph_of", "TraceError", "Program"]
+__all__ = ["trace", "graph_of", "TraceError", "HookWarning", "Program"]
 
 
 class TraceError(RuntimeError):
@@ -227,6 +228,23 @@ def trace(
             "the planned step would train without it. What to do: use single-layer RNNs with nn.Dropout "
             "between them, or dropout=0."
         )
+    hooks = _python_hooks(model)
+    if hooks:
+        warnings.warn(
+            f"{type(model).__name__} has Python hooks: {'; '.join(hooks[:4])}{'; …' if len(hooks) > 4 else ''}. "
+            "Tracing runs them; what they return (a changed output or gradient) is part of every planned "
+            "step, but the step does not call them again: a hook that records, prints or counts sees the "
+            "tracing only. What to do: register such a hook on a module outside the planned one (an "
+            "optimized sub-module passes its outputs and gradients to the layers around it).",
+            HookWarning, stacklevel=2)
+    cumulative = _cumulative_batch_norm(model)
+    if cumulative:
+        raise TraceError(
+            f"{type(model).__name__} has BatchNorm layers in training mode with momentum=None ({', '.join(cumulative[:3])}"
+            f"{', …' if len(cumulative) > 3 else ''}): their cumulative average weighs each step by "
+            "1 / num_batches_tracked, read as a Python number every step, which a traced step cannot do. "
+            "What to do: give them a momentum (PyTorch's default is 0.1), or plan the model in eval()."
+        )
     start = _time.perf_counter()
     # tracing runs the step (dropout included): on a fork of the generators, so that the caller's
     # next real step draws the masks plain training would
@@ -262,6 +280,40 @@ def _rnn_dropout(model: torch.nn.Module) -> list[str]:
     """Multi-layer RNNs whose inter-layer dropout a trace would drop: ``name (dropout=p)``."""
     return [f"{name or 'model'} (dropout={m.dropout})" for name, m in model.named_modules()
             if isinstance(m, torch.nn.RNNBase) and m.training and m.dropout > 0 and m.num_layers > 1]
+
+
+def _cumulative_batch_norm(model: torch.nn.Module) -> list[str]:
+    """BatchNorm layers that update a cumulative average in this step (``momentum=None``)."""
+    return [name or "the model" for name, m in model.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.training and m.momentum is None
+            and m.track_running_stats]
+
+
+class HookWarning(UserWarning):
+    """The traced model has Python hooks, which run while tracing and not at each step."""
+
+
+_HOOK_KINDS = {"_forward_pre_hooks": "forward pre-hook", "_forward_hooks": "forward hook",
+               "_backward_pre_hooks": "backward pre-hook", "_backward_hooks": "backward hook"}
+
+
+def _python_hooks(model: torch.nn.Module) -> list[str]:
+    """The module hooks a trace runs once (``kind `hook` on `module` (Class)``), the global ones
+    included; not torch's ``weight_norm`` and ``spectral_norm``, whose pre-hooks only compute the
+    weight (and its power iteration's buffers), which the traced step computes as they do."""
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    def named(hook: Any) -> str:
+        return getattr(hook, "__qualname__", type(hook).__name__)
+
+    found = [f"global {kind} `{named(h)}`" for attr, kind in _HOOK_KINDS.items()
+             for h in getattr(torch.nn.modules.module, f"_global{attr}").values()]
+    for name, m in model.named_modules():
+        found += [f"{kind} `{named(h)}` on `{name or 'the model'}` ({type(m).__name__})"
+                  for attr, kind in _HOOK_KINDS.items() for h in getattr(m, attr).values()
+                  if not isinstance(h, (WeightNorm, SpectralNorm))]
+    return found
 
 
 def _tied_parameters(model: torch.nn.Module) -> list[str]:

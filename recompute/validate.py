@@ -20,7 +20,7 @@ import torch
 from . import costs
 from .graph import Graph
 
-__all__ = ["check_model", "check_inputs", "check_budget", "check_flag", "check_graph", "check_cost_model",
+__all__ = ["check_model", "check_inputs", "check_arguments", "check_budget", "check_flag", "check_graph", "check_cost_model",
            "check_options", "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
@@ -48,20 +48,25 @@ def check_model(model: Any) -> None:
     raise TypeError(f"model must be a torch.nn.Module, got {describe(model)}{hint}")
 
 
-def check_inputs(inputs: Any, *, allow_none: bool = False) -> None:
+def check_inputs(inputs: Any) -> None:
     """``inputs`` must be a tensor or a non-empty tuple/list of tensors: what ``forward`` is called with."""
-    if inputs is None and allow_none:
-        return
     items = (inputs,) if isinstance(inputs, torch.Tensor) else inputs
     if not isinstance(items, (tuple, list)) or not items:
         raise TypeError(f"example inputs must be a tensor or a non-empty tuple/list of tensors, got {describe(inputs)}")
     for i, x in enumerate(items):
         if not isinstance(x, torch.Tensor):
             raise TypeError(
-                f"example input {i} is {describe(x)}, not a tensor: every argument of the model's forward must be "
+                f"example input {i} is {describe(x)}, not a tensor: every argument of the traced forward must be "
                 "a tensor. Fix non-tensor arguments first, e.g. store them on the module or wrap it: "
-                "class Fixed(nn.Module): def forward(self, x): return model(x, scale=2.0)"
+                "class Fixed(nn.Module): def forward(self, x): return model(x, scale=2.0) "
+                "(recompute.optimize does this for you: it traces each call with its other arguments fixed)"
             )
+
+
+def check_arguments(args: Any) -> None:
+    """``args`` is ``None``, a tensor, or a tuple/list of arguments to call ``forward`` with."""
+    if args is not None and not isinstance(args, (torch.Tensor, tuple, list)):
+        raise TypeError(f"example inputs must be a tensor or a tuple/list of the forward's arguments, got {describe(args)}")
 
 
 def check_budget(budget: Any) -> None:

@@ -35,13 +35,9 @@ def chain() -> tuple[nn.Module, tuple[torch.Tensor, ...], Graph]:
     return model, inputs, recompute.trace(model, inputs)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: recompute.trace(Scaled(), (X, 2.0)),
-    lambda: recompute.optimize(Scaled(), (X, 2.0)),
-], ids=["trace", "optimize"])
-def test_a_non_tensor_argument_is_named(call):
-    with pytest.raises(TypeError, match=r"example input 1 is a float 2.0, not a tensor.*wrap"):
-        call()
+def test_a_non_tensor_argument_is_named_where_a_trace_cannot_take_it():
+    with pytest.raises(TypeError, match=r"example input 1 is a float 2.0, not a tensor.*wrap.*recompute.optimize does"):
+        recompute.trace(Scaled(), (X, 2.0))
 
 
 @pytest.mark.parametrize("inputs, named", [

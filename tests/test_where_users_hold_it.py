@@ -4,7 +4,10 @@ new input shape, as a recurrent network — each step compared with plain traini
 from __future__ import annotations
 
 import copy
+import pickle
 import re
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -116,6 +119,200 @@ def test_freezing_a_layer_retraces():
     assert len(wrapped._executors) == 2
 
 
+def _swap_head(m: nn.Sequential) -> None:
+    torch.manual_seed(5)
+    m[6] = nn.Linear(16, 3)
+
+
+def _forward_of_tanh(m: nn.Sequential) -> None:
+    m[5].forward = torch.tanh  # a monkey-patched forward, held in the instance's dictionary
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda m: m.__setitem__(2, nn.Tanh()), id="a ReLU replaced"),
+    pytest.param(lambda m: setattr(m[3], "p", 0.6), id="the dropout rate"),
+    pytest.param(lambda m: setattr(m[1], "momentum", 0.5), id="BatchNorm's momentum"),
+    pytest.param(_swap_head, id="a new head of another width"),
+    pytest.param(_forward_of_tanh, id="a patched forward"),
+    pytest.param(lambda m: m[4].register_forward_hook(lambda mod, args, out: out * 2), id="a hook that scales",
+                 marks=pytest.mark.filterwarnings("ignore::recompute.HookWarning")),  # warned of below
+])
+def test_a_model_changed_after_its_plan_retraces_and_trains_as_plain(change):
+    """Whatever of the model the traced step is made of, changed between steps, plans again: the plan
+    made before would run the old program, and train it silently."""
+    plain = _net()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(6, 8)
+    wrapped = recompute.optimize(ours, (x,))
+    _same_step(plain, wrapped, (x,))
+    for m in (plain, ours):
+        m.zero_grad(set_to_none=True)
+        change(m)
+    _same_step(plain, wrapped, (x,))
+    assert len(wrapped._executors) == 2
+    _same_step(plain, wrapped, (x,))
+    assert len(wrapped._executors) == 2  # nothing changed since: the same plan
+
+
+@pytest.mark.parametrize("inputs_too", [False, True], ids=["weights", "weights and inputs"])
+def test_channels_last_retraces_and_trains_as_plain(inputs_too):
+    """Planned on contiguous tensors, then trained channels-last (the memory format mixed precision
+    wants on a GPU): the traced step's views would not fit the new strides."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(8 * 64, 5))
+    ours = copy.deepcopy(plain)
+    wrapped = recompute.optimize(ours, (torch.randn(4, 3, 8, 8),))
+    x = torch.randn(4, 3, 8, 8)
+    if inputs_too:
+        x = x.to(memory_format=torch.channels_last)
+    else:
+        _same_step(plain, wrapped, (x.to(memory_format=torch.channels_last),))
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    for m in (plain, ours):
+        m.to(memory_format=torch.channels_last)
+    _same_step(plain, wrapped, (x,))
+
+
+class _Masked(nn.Module):
+    """A forward with keyword and non-tensor arguments, as transformer-style models take them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner, self.drop = _net(), nn.Dropout(0.2)
+
+    def forward(self, x, mask=None, *, scale=1.0, relu=False):
+        y = self.inner(x) * scale
+        if mask is not None:
+            y = y.masked_fill(mask, 0.0)
+        return self.drop(y.relu() if relu else y)
+
+
+def test_keyword_and_non_tensor_arguments_are_constants_of_the_planned_step():
+    plain = _Masked()
+    ours = copy.deepcopy(plain)
+    x, mask = torch.randn(6, 8), torch.rand(6, 4) > 0.5
+    wrapped = recompute.optimize(ours, (x, None))
+    calls = [((x,), {}), ((x, None), {"scale": 2.0}), ((x,), {"mask": mask, "relu": True}), ((x, mask), {"scale": 0.5})]
+    for args, kwargs in calls:
+        def call(m, args=args, kwargs=kwargs):
+            return lambda *_: m(*args, **kwargs)
+        ref = train_step(plain, call(plain), (), seed=3)
+        got = {re.sub(r"(?<=[:.])model\.", "", k): v for k, v in train_step(ours, call(wrapped), (), seed=3).items()}
+        assert ref.keys() == got.keys()
+        assert all(torch.equal(ref[k], got[k]) for k in ref)
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    assert len(wrapped._executors) == 4  # (x,) is (x, None): the arguments are bound to forward's signature
+    with pytest.raises(TypeError, match=r"argument 'scale' is a list \[2.0\]: .*hashable constants"):
+        wrapped(x, scale=[2.0])
+    with pytest.raises(TypeError, match=r"argument 1 holds tensors inside a tuple"):
+        wrapped(x, (mask,))
+
+
+def test_a_hook_is_traced_with_a_warning_that_it_runs_while_tracing_only():
+    seen: list[torch.Size] = []
+    model = _net()
+    model[2].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    with pytest.warns(recompute.HookWarning, match=r"forward hook `.*<lambda>` on `2` \(ReLU\).*sees the tracing only"):
+        wrapped = recompute.optimize(model, (torch.randn(6, 8),))
+    traced = len(seen)
+    wrapped(torch.randn(6, 8)).sum().backward()
+    assert len(seen) == traced
+
+
+def test_weight_norm_and_spectral_norm_train_as_plain_without_a_hook_warning():
+    from torch.nn.utils import spectral_norm, weight_norm
+
+    def net(norm):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        norm(m[2])
+        return m
+
+    for norm in (weight_norm, spectral_norm):
+        plain, ours = net(norm), net(norm)  # weight_norm's modules cannot be deep-copied
+        x = torch.randn(6, 8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", recompute.HookWarning)
+            wrapped = recompute.optimize(ours, (x,))
+        for _ in range(2):  # spectral_norm's power iteration updates its buffers every step
+            _same_step(plain, wrapped, (x,))
+            plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+        assert len(wrapped._executors) == 1
+
+
+@pytest.mark.parametrize("method", ["approxdp", "torch_checkpoint_sequential"])
+def test_a_checkpoint_of_a_model_with_an_optimized_backbone_is_the_plain_models(method):
+    """Saved from training with an optimized body, a state dict loads into the plain model; a plain
+    one (and one written with the wrapper's ``model.`` keys) loads into the optimized model."""
+    plain = Outer(_net())
+    ours = copy.deepcopy(plain)
+    ours.body = recompute.optimize(ours.body, (torch.randn(6, 8),), method=method)
+    assert list(ours.state_dict()) == list(plain.state_dict())
+    x = torch.randn(6, 8)
+    ours(x).sum().backward()
+    torch.optim.SGD(ours.parameters(), lr=0.1).step()
+    fresh = Outer(_net(seed=4))
+    fresh.load_state_dict(ours.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), ours.state_dict().values()))
+    again = copy.deepcopy(ours)
+    again.load_state_dict(plain.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), plain.state_dict().values()))
+    old = {re.sub(r"^body\.", "body.model.", k): v for k, v in fresh.state_dict().items()}
+    again.load_state_dict(old)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), fresh.state_dict().values()))
+    alone = recompute.optimize(_net(seed=4), method=method)
+    alone.load_state_dict(_net().state_dict())
+    assert list(alone.state_dict()) == list(_net().state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(alone.state_dict().values(), _net().state_dict().values()))
+
+
+@pytest.mark.parametrize("copy_of", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))], ids=["deepcopy", "pickle"])
+@pytest.mark.parametrize("method", ["approxdp", "torch_checkpoint_sequential", "torch_sac"])
+def test_a_copy_of_a_model_with_an_optimized_body_trains_itself_as_plain(method, copy_of):
+    """``copy.deepcopy`` (an EMA twin, the best model so far) and ``pickle`` (``torch.save(model)``)
+    of a model whose body is optimized and has trained: the copy trains its own parameters, as a copy
+    of the plain model does, and leaves the original's alone. (PyTorch's methods update BatchNorm's
+    statistics again when they recompute: their buffers are left out.)"""
+    plain = Outer(_net())
+    ours = copy.deepcopy(plain)
+    ours.body = recompute.optimize(ours.body, (torch.randn(6, 8),), method=method)
+    x = torch.randn(6, 8)
+    for m in (plain, ours):
+        m(x).sum().backward()
+        m.zero_grad(set_to_none=True)
+    twin, plain_twin = copy_of(ours), copy_of(plain)
+    if method == "approxdp":
+        _same_step(plain_twin, twin, (x,))
+    else:
+        ref = train_step(plain_twin, plain_twin, (x,), seed=3)
+        got = {k.replace("body.model.", "body."): v for k, v in train_step(twin, twin, (x,), seed=3).items()}
+        for key in (k for k in ref if not k.startswith("buffer:")):
+            torch.testing.assert_close(got[key], ref[key], msg=key)
+    assert all(p.grad is None for p in ours.parameters())
+
+
+def test_a_gradient_penalty_is_refused_not_trained_without_gradients():
+    """Double backpropagation (``create_graph=True``) through a planned step would give the parameters
+    no gradient, silently: it is refused, saying what to do."""
+    wrapped = recompute.optimize(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)), (torch.randn(5, 4),))
+    x = torch.randn(5, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"first-order gradients only.*create_graph=True.*plain model"):
+        torch.autograd.grad(wrapped(x).sum(), x, create_graph=True)
+    (g,) = torch.autograd.grad(wrapped(x).sum(), x)  # first order: as plain training
+    (h,) = torch.autograd.grad(wrapped.model(x).sum(), x)
+    assert torch.equal(g, h)
+
+
+def test_a_second_backward_through_a_retained_step_is_refused_saying_what_to_do():
+    wrapped = recompute.optimize(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), (torch.randn(5, 4),))
+    out = wrapped(torch.randn(5, 4))
+    out[:, 0].sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=r"already run backward.*add the losses and call backward once"):
+        out[:, 1].sum().backward()
+
+
 @pytest.mark.parametrize("cost_model", ["paper", "measured"])
 def test_first_step_at_a_new_shape_draws_plain_trainings_masks(cost_model):
     # measured: timing the ops (inside this step) draws random inputs and runs the dropout
@@ -179,6 +376,8 @@ class _Captures(nn.Module):
     (_Pair("none"), torch.randn(2, 4), "returned None"),
     (nn.Linear(4, 4), torch.randn(2, 4, dtype=torch.float64), "input 0 is torch.float64 while the parameters are torch.float32"),
     (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), torch.randn(1, 4), "Expected more than 1 value per channel"),
+    (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, momentum=None)), torch.randn(3, 4),
+     "momentum=None (1): their cumulative average"),
 ])
 def test_bad_models_and_inputs_say_what_is_wrong_not_control_flow(model, x, says):
     with pytest.raises(recompute.TraceError) as err:
