@@ -37,16 +37,6 @@ def _outer(key: str, prefix: str) -> str | None:
     return prefix + key[len(inner):] if key.startswith(inner) else None
 
 
-def _inner(key: str, prefix: str) -> str | None:
-    """The wrapper's name for ``key``, the model's entry at ``prefix`` (None: not one, or already the wrapper's)."""
-    inner = prefix + _INNER
-    if key.startswith(inner) or key == inner[:-1]:
-        return None
-    if key == prefix[:-1]:
-        return inner[:-1]
-    return inner + key[len(prefix):] if key.startswith(prefix) else None
-
-
 def _saved_as_the_model(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
     """``<prefix>model.<key>`` → ``<prefix><key>``, in the entries and in the modules' version metadata."""
     for names in (state_dict, getattr(state_dict, "_metadata", {})):
@@ -56,13 +46,19 @@ def _saved_as_the_model(module: torch.nn.Module, state_dict: dict[str, Any], pre
 
 def _loaded_as_the_model(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
                          strict: bool, missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
-    """The inverse of :func:`_saved_as_the_model` for the entries under ``prefix`` not written with
-    ``model.`` already. The version metadata is renamed where ``load_state_dict`` hands it over (a
-    wrapper at the top); nested, the inner modules load without theirs, which changes nothing for a
-    checkpoint that has all their entries."""
-    for key, new in [(k, n) for k in state_dict if (n := _inner(k, prefix)) is not None]:
-        state_dict[new] = state_dict.pop(key)
+    """The inverse of :func:`_saved_as_the_model`: each entry under ``prefix`` that names one of the
+    model's own (a model may hold a submodule called ``model`` itself) is moved under ``model.``; the
+    others are left as written (a checkpoint with the wrapper's keys). The version metadata is renamed
+    where ``load_state_dict`` hands it over (a wrapper at the top); nested, the inner modules load
+    without theirs, which changes nothing for a checkpoint that has all their entries."""
+    inner = prefix + _INNER
+    own = set(module.model.state_dict(keep_vars=True))
+    for key in [k for k in state_dict if k.startswith(prefix) and k[len(prefix):] in own]:
+        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
     metadata = getattr(state_dict, "_metadata", None)
     if metadata is not None:
-        for key, new in [(k, n) for k in metadata if (n := _inner(k, prefix)) is not None]:
-            metadata.setdefault(new, metadata[key])
+        modules = {name for name, _ in module.model.named_modules()}
+        for key in [k for k in metadata if k.startswith(prefix) and k[len(prefix):] in modules]:
+            metadata.setdefault(inner + key[len(prefix):], metadata[key])
+        if prefix[:-1] in metadata:  # the model's own entry, under the wrapper's name
+            metadata.setdefault(inner[:-1], metadata[prefix[:-1]])

@@ -268,6 +268,28 @@ def test_a_checkpoint_of_a_model_with_an_optimized_backbone_is_the_plain_models(
     assert all(torch.equal(a, b) for a, b in zip(alone.state_dict().values(), _net().state_dict().values()))
 
 
+def test_a_checkpoint_of_a_model_that_holds_a_submodule_called_model_loads_both_ways():
+    """Hugging Face's models hold their body as ``model``: ``model.layers…`` is then the model's own key,
+    not the wrapper's."""
+    def net() -> nn.Module:
+        torch.manual_seed(0)
+        m = nn.Module()
+        m.model, m.head = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), nn.Linear(4, 2)
+        m.forward = lambda x: m.head(m.model(x))
+        return m
+
+    plain, wrapped = net(), recompute.optimize(net())
+    assert list(wrapped.state_dict()) == list(plain.state_dict()) == ["model.0.weight", "model.0.bias", "model.1.weight",
+                                                                      "model.1.bias", "model.1.running_mean",
+                                                                      "model.1.running_var", "model.1.num_batches_tracked",
+                                                                      "head.weight", "head.bias"]
+    state = {k: torch.full_like(v, 3) for k, v in plain.state_dict().items()}
+    wrapped.load_state_dict(state)
+    assert all(torch.equal(v, state[k]) for k, v in wrapped.state_dict().items())
+    wrapped.load_state_dict({f"model.{k}": v for k, v in plain.state_dict().items()})  # the wrapper's own keys
+    assert all(torch.equal(v, plain.state_dict()[k]) for k, v in wrapped.state_dict().items())
+
+
 @pytest.mark.parametrize("copy_of", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))], ids=["deepcopy", "pickle"])
 @pytest.mark.parametrize("method", ["approxdp", "torch_checkpoint_sequential", "torch_sac"])
 def test_a_copy_of_a_model_with_an_optimized_body_trains_itself_as_plain(method, copy_of):
