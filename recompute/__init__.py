@@ -12,12 +12,13 @@ from . import lowerset, planners  # noqa: F401  (importing the planners register
 from .execute import Executor, execute
 from .graph import Graph
 from .measure import Measurement, measure
-from .optimize import RecomputeModule, optimize
+from .optimize import RecomputeModule, RetraceWarning, optimize
 from .plan import InfeasibleBudget, Plan, methods, plan
 from .trace import HookWarning, TraceError, trace
 
 __all__ = [
-    "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError", "HookWarning",
+    "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError",
+    "HookWarning", "RetraceWarning",
     "trace", "plan", "methods", "execute", "optimize", "measure", "backend", "lowerset",
 ]
 

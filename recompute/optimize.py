@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,7 +20,7 @@ from .trace import trace
 from .validate import check_arguments, check_budget, check_cost_model, check_flag, check_inputs, check_model, describe
 from .wrapper import ModelWrapper
 
-__all__ = ["optimize", "RecomputeModule"]
+__all__ = ["optimize", "RecomputeModule", "RetraceWarning", "MAX_PLANS"]
 
 
 class RecomputeModule(ModelWrapper):
@@ -48,12 +49,13 @@ class RecomputeModule(ModelWrapper):
         self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
+        self._last_key: tuple | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the plans (``copy.deepcopy``, an EMA twin, ``pickle``): a copy plans again on its
         first training call; the traced programs hold compiled planner tables that do not copy."""
         state = self.__dict__.copy()
-        state["_executors"], state["last"] = {}, None
+        state["_executors"], state["last"], state["_last_key"] = {}, None, None
         return state
 
     @property
@@ -83,13 +85,23 @@ class RecomputeModule(ModelWrapper):
         check_inputs(tensors)
         key = (layout, self._program_key(tensors))
         if key not in self._executors:
+            if len(self._executors) >= MAX_PLANS:
+                # a setting that changes every call (a step counter on a module) would otherwise trace and
+                # plan every step and keep every plan
+                oldest = next(iter(self._executors))
+                warnings.warn(f"{type(self.model).__name__} was traced and planned {MAX_PLANS + 1} times; this time "
+                              f"because {_what_changed(self._last_key, key)}. A value that changes every step makes "
+                              "every step trace again: keep it out of the module's attributes (a tensor buffer is "
+                              f"not traced as a constant). Only the {MAX_PLANS} latest plans are kept.",
+                              RetraceWarning, stacklevel=3)
+                del self._executors[oldest]
             # a call with keyword or non-tensor arguments is traced as the model called with them fixed
             module = self.model if layout == _positional(len(tensors)) else _Call(self.model, layout)
             g = trace(module, tensors, cost_model=self.cost_model, **self.cost_options)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
             p = p.with_rewrites(g, recompute_late=self.recompute_late, in_place=self.in_place)
             self._executors[key] = Executor(g, p, module)
-        self.last = self._executors[key]
+        self.last, self._last_key = self._executors[key], key
         return self.last
 
     def records_backward(self, inputs: tuple[torch.Tensor, ...]) -> bool:
@@ -104,6 +116,43 @@ class RecomputeModule(ModelWrapper):
         if not self.records_backward(tensors):
             return self.model(*args, **kwargs)
         return self._prepared(tensors, layout)(*tensors)
+
+
+MAX_PLANS = 8  # plans a RecomputeModule keeps (torch.compile's recompile limit is 8 too)
+
+
+class RetraceWarning(UserWarning):
+    """An optimized module traced and planned again more than :data:`MAX_PLANS` times."""
+
+
+def _what_changed(old: tuple | None, new: tuple) -> str:
+    """The first difference between two keys of :meth:`RecomputeModule._prepared`, in words."""
+    if old is None:
+        return "nothing was planned before"
+    (old_layout, (old_inputs, (old_modules, old_hooks), old_autocast)) = old
+    (layout, (inputs, (modules, hooks), autocast)) = new
+    if old_layout != layout:
+        return "the call's non-tensor arguments changed"
+    if old_inputs != inputs:
+        return "the inputs' shapes, strides, dtypes, devices or requires_grad changed"
+    was = {entry[0]: entry for entry in old_modules}
+    for name, kind, settings, module_hooks, tensors in modules:
+        before = was.get(name)
+        where = f"module `{name or 'the model'}` ({kind.__name__})"
+        if before is None or before[1] is not kind:
+            return f"{where} is new"
+        prior = dict(before[2])
+        changed = [f"{k} {prior[k]!r} → {v!r}" if k in prior else f"{k} set to {v!r}" for k, v in settings
+                   if prior.get(k, ...) != v]
+        if changed:
+            return f"{where} changed {', '.join(changed[:3])}"
+        if before[3] != module_hooks:
+            return f"{where} has other hooks"
+        if before[4] != tensors:
+            return f"{where} has parameters or buffers of another layout or requires_grad"
+    if len(was) != len(modules):
+        return "modules were removed"
+    return "the global module hooks changed" if old_hooks != hooks else "the autocast state changed"
 
 
 @dataclass(frozen=True)

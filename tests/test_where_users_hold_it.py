@@ -14,6 +14,7 @@ import torch.nn as nn
 
 import recompute
 from recompute.exactness import float64_distance, train_step
+from recompute.optimize import MAX_PLANS
 
 
 def _net(seed: int = 0) -> nn.Sequential:
@@ -208,6 +209,31 @@ def test_keyword_and_non_tensor_arguments_are_constants_of_the_planned_step():
         wrapped(x, scale=[2.0])
     with pytest.raises(TypeError, match=r"argument 1 holds tensors inside a tuple"):
         wrapped(x, (mask,))
+
+
+class _Counting(nn.Module):
+    """Counts its calls in a Python attribute: a setting that changes every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = nn.Linear(4, 4), 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x)
+
+
+def test_a_setting_that_changes_every_step_is_named_and_the_plans_kept_are_bounded():
+    wrapped = recompute.optimize(_Counting())
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(MAX_PLANS + 3):
+            wrapped(x).sum().backward()
+    said = [str(w.message) for w in caught if w.category is recompute.RetraceWarning]
+    assert len(said) == 3 and re.search(r"planned 9 times; this time because module `the model` \(_Counting\) "
+                                        r"changed calls \d+ → \d+", said[0])
+    assert len(wrapped._executors) == MAX_PLANS
 
 
 def test_a_hook_is_traced_with_a_warning_that_it_runs_while_tracing_only():
