@@ -35,7 +35,7 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint, checkpoint_seq
                                     create_selective_checkpoint_contexts)
 
 from .validate import check_options, keyword_options
-from .wrapper import ModelWrapper
+from .wrapper import ModelWrapper, model_signature
 
 __all__ = ["Baseline", "BaselineModule", "Unsupported", "UnsupportedBackend", "NoBlocks", "blocks", "names", "spec",
            "COMPILE_BACKENDS"]
@@ -115,29 +115,36 @@ class BaselineModule(ModelWrapper):
 
     Evaluation (``eval()`` or ``torch.no_grad()``) calls the model unchanged. Its recomputation reads
     the model's parameters again during backward, so :func:`recompute.measure` swaps another state
-    in (the ``fake`` backend's) for the whole step, not for the forward call alone. A copy
-    (``copy.deepcopy``, ``pickle``) builds the method's forward again around its own model: the
-    forward is a closure over the model it was made for, and a copy holding it would train the original.
+    in (the ``fake`` backend's) for the whole step, not for the forward call alone. The method's
+    forward is a closure over the model it was made for: a copy (``copy.deepcopy``, ``pickle``) builds
+    it again around its own model (holding the original's, it would train the original), and so does
+    a training call after the model changed (:func:`~recompute.wrapper.model_signature`).
     """
 
     def __init__(self, model: nn.Module, method: str, options: Mapping[str, Any]):
         super().__init__(model)
         self.method, self.options = method, dict(options)
-        self._train_forward = spec(method).fn(model, **self.options)
         self.backends = _REGISTRY[method].backends
+        self._build()
+
+    def _build(self) -> None:
+        self._train_forward = spec(self.method).fn(self.model, **self.options)
+        self._built_for = model_signature(self.model)  # after building: some methods set inplace=False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_train_forward"]
+        del state["_train_forward"], state["_built_for"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._train_forward = spec(self.method).fn(self.model, **self.options)
+        self._build()
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         if not (self.training and torch.is_grad_enabled()):
             return self.model(*inputs)
+        if model_signature(self.model) != self._built_for:  # a module replaced: checkpoint_sequential's stages hold the old one
+            self._build()
         return self._train_forward(*inputs)
 
     def check_backend(self, backend: str) -> None:

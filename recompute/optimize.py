@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import inspect
 import warnings
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from .graph import Graph
 from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .trace import trace
 from .validate import check_arguments, check_budget, check_cost_model, check_flag, check_inputs, check_model, describe
-from .wrapper import ModelWrapper
+from .wrapper import ModelWrapper, model_signature
 
 __all__ = ["optimize", "RecomputeModule", "RetraceWarning", "MAX_PLANS"]
 
@@ -28,7 +27,7 @@ class RecomputeModule(ModelWrapper):
 
     Whenever autograd would record the step (grad enabled and a parameter or an input requires grad),
     the call runs a plan traced for what the step is: the inputs' shapes, strides, dtypes, devices and
-    ``requires_grad``, the autocast state, and the model as it is now (:func:`_model_signature`: its
+    ``requires_grad``, the autocast state, and the model as it is now (:func:`~recompute.wrapper.model_signature`: its
     submodules, their ``training`` flags, settings and hooks, the parameters' and buffers' layouts and
     ``requires_grad``). A call that differs in any of these traces and plans again (once; plans are
     cached), so ``eval()``/``train()`` on the wrapper or on any inner module, freezing a layer, a new
@@ -73,7 +72,7 @@ class RecomputeModule(ModelWrapper):
         devices = sorted({x.device.type for x in inputs} | {"cpu"})
         return (
             tuple((x.shape, x.stride(), x.dtype, x.device, x.requires_grad) for x in inputs),
-            _model_signature(self.model),
+            model_signature(self.model),
             tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in devices),
         )
 
@@ -220,50 +219,6 @@ class _Call(torch.nn.Module):
 
         args, kwargs = self.layout
         return self.model(*map(fill, args), **{k: fill(v) for k, v in kwargs})
-
-
-_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
-_GLOBAL_HOOKS = tuple(f"_global{h}" for h in _HOOKS)
-# what every module holds (its tensors, submodules, hooks: signed apart) but the ``training`` flag
-_INTERNALS = frozenset(vars(torch.nn.Module())) - {"training"}
-_SCALARS = frozenset({bool, int, float, str, type(None)})  # the common settings, checked first
-_PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.layout,
-          torch.memory_format, enum.Enum)
-
-
-def _setting(value: Any) -> Any:
-    """What a module attribute contributes to the traced program: a plain value (a dropout rate, a
-    stride, BatchNorm's momentum) itself, a function (a monkey-patched ``forward``, an activation held
-    as an attribute) its identity; ``...`` for anything else (a submodule is signed on its own)."""
-    if type(value) is tuple and all(type(v) in _SCALARS for v in value):
-        return value
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, (tuple, list)):
-        items = tuple(_setting(v) for v in value)
-        return ... if ... in items else items
-    return ("callable", id(value)) if callable(value) and not isinstance(value, torch.nn.Module) else ...
-
-
-def _model_signature(model: torch.nn.Module) -> tuple:
-    """Everything of ``model`` but its tensors' values that the traced step is made of: each
-    submodule's name, class, ``training`` flag and other plain settings (:func:`_setting`) and hooks,
-    its parameters' and buffers' names, shapes, strides, dtypes, devices and ``requires_grad``; the
-    global module hooks. A traced step runs the program it was traced as: a ReLU replaced by an
-    identity, a new momentum or a hook added after tracing would be ignored, silently, and weights
-    turned channels-last would break its views, if they did not make it trace again. (One pass over
-    the modules' dictionaries, made on every call: DenseNet-161's 573 modules take ~5 ms on this CPU,
-    ResNet-50's 151 ~1 ms.)"""
-    signed = []
-    for name, m in model.named_modules(remove_duplicate=False):
-        d = vars(m)
-        settings = tuple([(k, v if type(v) in _SCALARS else _setting(v)) for k, v in d.items() if k not in _INTERNALS])
-        hooks = tuple([tuple(d[h]) for h in _HOOKS]) if any([d[h] for h in _HOOKS]) else ()
-        tensors = tuple([(k, t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
-                         for k, t in (d["_parameters"] | d["_buffers"]).items() if t is not None]) \
-            if d["_parameters"] or d["_buffers"] else ()
-        signed.append((name, type(m), settings, hooks, tensors))
-    return tuple(signed), tuple(tuple(getattr(torch.nn.modules.module, h)) for h in _GLOBAL_HOOKS)
 
 
 def optimize(

@@ -5,16 +5,18 @@
 inside the keys), and ``load_state_dict`` takes the model's own, wherever the wrapper sits in a larger
 model: a checkpoint of a network whose backbone is optimized loads into the plain network and back,
 as ``torch.distributed``'s checkpoint wrapper does for the module it wraps. A checkpoint written with
-the ``model.`` keys loads too.
+the ``model.`` keys loads too. What a wrapper builds from the model (a traced step, PyTorch's
+``checkpoint_sequential`` stages) is built again when :func:`model_signature` changes.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import torch
 
-__all__ = ["ModelWrapper"]
+__all__ = ["ModelWrapper", "model_signature"]
 
 _INNER = "model."
 
@@ -27,6 +29,50 @@ class ModelWrapper(torch.nn.Module):
         self.model = model
         self.register_state_dict_post_hook(_saved_as_the_model)
         self.register_load_state_dict_pre_hook(_loaded_as_the_model)
+
+
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_GLOBAL_HOOKS = tuple(f"_global{h}" for h in _HOOKS)
+# what every module holds (its tensors, submodules, hooks: signed apart) but the ``training`` flag
+_INTERNALS = frozenset(vars(torch.nn.Module())) - {"training"}
+_SCALARS = frozenset({bool, int, float, str, type(None)})  # the common settings, checked first
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.layout,
+          torch.memory_format, enum.Enum)
+
+
+def _setting(value: Any) -> Any:
+    """What a module attribute contributes to the traced program: a plain value (a dropout rate, a
+    stride, BatchNorm's momentum) itself, a function (a monkey-patched ``forward``, an activation held
+    as an attribute) its identity; ``...`` for anything else (a submodule is signed on its own)."""
+    if type(value) is tuple and all(type(v) in _SCALARS for v in value):
+        return value
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (tuple, list)):
+        items = tuple(_setting(v) for v in value)
+        return ... if ... in items else items
+    return ("callable", id(value)) if callable(value) and not isinstance(value, torch.nn.Module) else ...
+
+
+def model_signature(model: torch.nn.Module) -> tuple:
+    """Everything of ``model`` but its tensors' values that the traced step is made of: each
+    submodule's name, class, ``training`` flag and other plain settings (:func:`_setting`) and hooks,
+    its parameters' and buffers' names, shapes, strides, dtypes, devices and ``requires_grad``; the
+    global module hooks. A traced step runs the program it was traced as: a ReLU replaced by an
+    identity, a new momentum or a hook added after tracing would be ignored, silently, and weights
+    turned channels-last would break its views, if they did not make it trace again. (One pass over
+    the modules' dictionaries, made on every call: DenseNet-161's 573 modules take ~5 ms on this CPU,
+    ResNet-50's 151 ~1 ms.)"""
+    signed = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        d = vars(m)
+        settings = tuple([(k, v if type(v) in _SCALARS else _setting(v)) for k, v in d.items() if k not in _INTERNALS])
+        hooks = tuple([tuple(d[h]) for h in _HOOKS]) if any([d[h] for h in _HOOKS]) else ()
+        tensors = tuple([(k, t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+                         for k, t in (d["_parameters"] | d["_buffers"]).items() if t is not None]) \
+            if d["_parameters"] or d["_buffers"] else ()
+        signed.append((name, type(m), settings, hooks, tensors))
+    return tuple(signed), tuple(tuple(getattr(torch.nn.modules.module, h)) for h in _GLOBAL_HOOKS)
 
 
 def _outer(key: str, prefix: str) -> str | None:

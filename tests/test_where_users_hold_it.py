@@ -341,6 +341,22 @@ def test_a_copy_of_a_model_with_an_optimized_body_trains_itself_as_plain(method,
     assert all(p.grad is None for p in ours.parameters())
 
 
+@pytest.mark.parametrize("method", ["torch_checkpoint_sequential", "torch_sac"])
+def test_pytorchs_methods_follow_a_module_replaced_after_optimize(method):
+    """``checkpoint_sequential``'s stages are an fx graph of the model as it was: a module replaced
+    since would run its old self, silently."""
+    plain = _net()
+    ours = copy.deepcopy(plain)
+    wrapped = recompute.optimize(ours, method=method)
+    x = torch.randn(6, 8)
+    for m in (plain, ours):
+        m[2] = nn.Tanh()
+    ref = train_step(plain, plain, (x,), seed=3)
+    got = {k.replace(":model.", ":"): v for k, v in train_step(ours, wrapped, (x,), seed=3).items()}
+    for key in (k for k in ref if not k.startswith("buffer:")):  # they update BatchNorm's statistics twice
+        torch.testing.assert_close(got[key], ref[key], msg=key)
+
+
 def test_a_gradient_penalty_is_refused_not_trained_without_gradients():
     """Double backpropagation (``create_graph=True``) through a planned step would give the parameters
     no gradient, silently: it is refused, saying what to do."""
