@@ -49,12 +49,13 @@ class RecomputeModule(ModelWrapper):
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
         self._last_key: tuple | None = None
+        self._traced = 0  # traces so far (the plans kept are at most MAX_PLANS of them)
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the plans (``copy.deepcopy``, an EMA twin, ``pickle``): a copy plans again on its
         first training call; the traced programs hold compiled planner tables that do not copy."""
         state = self.__dict__.copy()
-        state["_executors"], state["last"], state["_last_key"] = {}, None, None
+        state["_executors"], state["last"], state["_last_key"], state["_traced"] = {}, None, None, 0
         return state
 
     @property
@@ -88,7 +89,7 @@ class RecomputeModule(ModelWrapper):
                 # a setting that changes every call (a step counter on a module) would otherwise trace and
                 # plan every step and keep every plan
                 oldest = next(iter(self._executors))
-                warnings.warn(f"{type(self.model).__name__} was traced and planned {MAX_PLANS + 1} times; this time "
+                warnings.warn(f"{type(self.model).__name__} was traced and planned {self._traced + 1} times; this time "
                               f"because {_what_changed(self._last_key, key)}. A value that changes every step makes "
                               "every step trace again: keep it out of the module's attributes (a tensor buffer is "
                               f"not traced as a constant). Only the {MAX_PLANS} latest plans are kept.",
@@ -100,6 +101,7 @@ class RecomputeModule(ModelWrapper):
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
             p = p.with_rewrites(g, recompute_late=self.recompute_late, in_place=self.in_place)
             self._executors[key] = Executor(g, p, module)
+            self._traced += 1
         self.last, self._last_key = self._executors[key], key
         return self.last
 

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
 
 from . import costs
 from .fxnodes import is_random, output_tensors
@@ -301,9 +303,6 @@ def _python_hooks(model: torch.nn.Module) -> list[str]:
     """The module hooks a trace runs once (``kind `hook` on `module` (Class)``), the global ones
     included; not torch's ``weight_norm`` and ``spectral_norm``, whose pre-hooks only compute the
     weight (and its power iteration's buffers), which the traced step computes as they do."""
-    from torch.nn.utils.spectral_norm import SpectralNorm
-    from torch.nn.utils.weight_norm import WeightNorm
-
     def named(hook: Any) -> str:
         return getattr(hook, "__qualname__", type(hook).__name__)
 
