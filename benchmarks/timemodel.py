@@ -7,14 +7,21 @@ For each of the paper's seven networks at a reduced size (:data:`benchmarks.cpu_
 vanilla plan and three recomputing plans of different overhead run on our executor in one thread.
 The measured time is the median over ``--steps`` steps of the thread's CPU time (``time.thread_time``:
 the machine is shared, and wall time would count the other processes' turns). The predicted time is
-:class:`recompute.timing.TimeModel`'s sum over the plan's schedule, every op timed alone on the same
-clock with the core's private cache flushed before each call.
+:class:`recompute.timing.TimeModel`'s sum over the plan's schedule, on the same clock, of per-op costs
+timed where the ops run: in ``--steps`` plain (vanilla) steps of the same network
+(:meth:`~recompute.timing.TimeModel.observe`); the few keys that step does not run (``getitem``) are
+timed alone. So the vanilla row checks that a step's time is the sum of its ops', and the three
+recomputing rows predict steps that were not timed, their recomputations priced as the plain step
+runs those ops.
 
-The two are taken in ``--rounds`` interleaved rounds (steps, then every op timed anew), and the ratio
-is the median of the rounds' ratios: this host's speed drifts (the same VGG-19 step measured 0.83 s
-one day and 1.78 s another), and op timings taken minutes before the steps they predict moved the
-ratio with it (DenseNet-161's four plans: 0.86–1.02 in one run, 1.36–1.54 in the next); within a round
-both sides see the same host.
+The two are taken in ``--rounds`` interleaved rounds (the plan's steps, then the plain step's ops timed
+anew), and the ratio is the median of the rounds' ratios: this host's speed drifts (the same VGG-19
+step measured 0.83 s one day and 1.78 s another), and op timings taken minutes before the steps they
+predict moved the ratio with it (DenseNet-161's four plans: 0.86–1.02 in one run, 1.36–1.54 in the
+next); within a round both sides see the same host.
+
+``--alone`` times every op alone instead, with the core's private cache flushed before each call (the
+table before 2026-12-06): on this project's host it under-predicted the ResNets' steps by 9–14%.
 """
 
 from __future__ import annotations
@@ -41,35 +48,42 @@ HEADERS = ["network", "batch × input", "plan", "overhead (cost units)", "predic
            "measured s (median)", "predicted / measured (median of rounds)", "rounds' range"]
 
 
+def step(runner: recompute.Executor, model: torch.nn.Module, inputs: tuple) -> None:
+    """One training step, its parameters' gradients then dropped."""
+    runner(*inputs).backward()
+    for p in model.parameters():
+        p.grad = None
+
+
 def step_seconds(runner: recompute.Executor, model: torch.nn.Module, inputs: tuple, steps: int) -> float:
     """Median thread CPU seconds of ``steps`` training steps."""
     times = []
     for _ in range(steps):
         start = time.thread_time()
-        runner(*inputs).backward()
+        step(runner, model, inputs)
         times.append(time.thread_time() - start)
-        for p in model.parameters():
-            p.grad = None
     return statistics.median(times)
 
 
-def run(names: list[str], steps: int, repeats: int, rounds: int) -> list[list[object]]:
+def run(names: list[str], steps: int, repeats: int, rounds: int, alone: bool = False) -> list[list[object]]:
     rows = []
     for name in names:
         batch, size = SIZES[name]
         model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
         graph = recompute.trace(model, inputs, loss_fn=default_loss)
-        vanilla = None
+        vanilla = plain = None
         for label, method, strategy in PLANS:
             p = recompute.plan(graph, method, strategy=strategy)
             calls = schedule_calls(graph.program, p.runs(graph))
-            vanilla = calls if vanilla is None else vanilla
             runner = recompute.execute(graph, p, model)
+            vanilla, plain = (calls, runner) if vanilla is None else (vanilla, plain)
             step_seconds(runner, model, inputs, 1)  # warm-up
             paired = []
             for _ in range(rounds):
                 measured = step_seconds(runner, model, inputs, steps)
-                fresh = TimeModel(repeats=repeats, clock="thread", flush_bytes=FLUSH_BYTES)
+                fresh = TimeModel(repeats=repeats, clock="thread", flush_bytes=FLUSH_BYTES if alone else 0)
+                if not alone:
+                    fresh.observe(lambda: step(plain, model, inputs), steps)
                 predicted = fresh.seconds(calls)  # the overhead from the same timings: most keys are shared
                 paired.append((predicted, measured, predicted - fresh.seconds(vanilla)))
             predicted, measured, overhead = (statistics.median(side) for side in zip(*paired))
@@ -85,12 +99,14 @@ def main() -> None:
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--steps", type=int, default=3, help="timed steps per plan and round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of steps, then the ops timed anew")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per op key")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per op key timed alone")
+    parser.add_argument("--alone", action="store_true",
+                        help="time every op alone, the core's cache flushed before each call (the model before 2026-12-06)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
     commit = head_commit()
-    rows = run(args.nets, args.steps, args.repeats, args.rounds)
+    rows = run(args.nets, args.steps, args.repeats, args.rounds, args.alone)
     worst = max(abs(float(r[-2]) - 1) for r in rows)
     text = f"{made_by(commit, f'largest error {worst:.1%}')}\n\n{markdown_table(HEADERS, rows)}"
     print(text)

@@ -105,6 +105,44 @@ def test_time_model_sum_is_the_per_op_costs():
     assert costs == [tm.table[call.key] for call in calls]
 
 
+def test_ops_timed_in_a_plain_step_price_a_recomputing_plan_as_that_step_runs_them(monkeypatch):
+    """``TimeModel.observe``: every ATen call of the plain step is timed where it runs; a key costs the
+    median over the steps of its mean call in a step, and a plan that recomputes is priced by those
+    costs, only its calls the step does not make (``getitem``) timed alone. Made-up clock: every call
+    of step k takes k + 1 ticks, a call timed afterwards alone 3."""
+    from recompute import timing
+    from recompute.measure import default_loss
+    from recompute.timing import schedule_calls
+
+    now, tick = [0.0], [0.0]
+
+    def clock() -> float:
+        now[0] += tick[0]  # read before and after a call: it took ``tick``
+        return now[0]
+
+    monkeypatch.setitem(timing.CLOCKS, "made-up", clock)
+    model, inputs = nets.build("chain", batch_size=2, input_size=8, seed=0)
+    graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    plain = recompute.execute(graph, recompute.plan(graph, "vanilla"), model)
+    steps = iter(range(3))
+
+    def step() -> None:
+        tick[0] = next(steps) + 1.0
+        plain(*inputs).backward()
+        model.zero_grad(set_to_none=True)
+
+    tm = TimeModel(repeats=1, clock="made-up")
+    tm.observe(step, steps=3)
+    chen = recompute.plan(graph, "chen")
+    calls = schedule_calls(graph.program, chen.runs(graph))
+    aten = [c for c in calls if str(c.target).startswith("aten.")]
+    assert len(calls) > len(aten) and {c.key for c in aten} <= tm.observed
+    assert all(tm.table[k] == pytest.approx(2.0) for k in tm.observed)
+    assert tm.seconds(calls) == pytest.approx(2.0 * len(aten) + 3.0 * (len(calls) - len(aten)))
+    with pytest.raises(ValueError, match="steps"):
+        tm.observe(step, steps=0)
+
+
 def test_a_step_recorded_on_meta_tensors_as_the_cpus_has_the_keys_of_the_same_ops_on_the_cpu():
     """``Recorder(device="cpu")``: an eager step on ``meta`` tensors (how the head-to-head prices
     PyTorch's eager methods) is keyed as the CPU's, so one timing prices it and the traced steps."""
