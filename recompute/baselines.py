@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -140,12 +141,12 @@ class BaselineModule(ModelWrapper):
         super().__setstate__(state)
         self._build()
 
-    def forward(self, *inputs: torch.Tensor) -> Any:
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if not (self.training and torch.is_grad_enabled()):
-            return self.model(*inputs)
+            return self.model(*inputs, **kwargs)
         if model_signature(self.model) != self._built_for:  # a module replaced: checkpoint_sequential's stages hold the old one
             self._build()
-        return self._train_forward(*inputs)
+        return self._train_forward(*inputs, **kwargs)
 
     def check_backend(self, backend: str) -> None:
         """:class:`UnsupportedBackend` where ``backend`` cannot run this baseline."""
@@ -204,6 +205,21 @@ def _stages(model: nn.Module) -> list[Callable[[Any], Any]]:
     return stages
 
 
+def _traced_arguments(signature: inspect.Signature, inputs: tuple, kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """A call's arguments, bound to the forward's ``signature`` (defaults filled in), in the order of the
+    fx graph's placeholders. torch.fx traced every argument as a tensor (an ``if mask is not None`` took
+    the tensor's branch), so another value is refused: passed on, it would run the wrong branch, or be
+    unpacked over the placeholders (one input for two made each a row of it)."""
+    bound = signature.bind(*inputs, **kwargs)
+    bound.apply_defaults()
+    for name, value in bound.arguments.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"torch_checkpoint_sequential runs the forward torch.fx traced with every argument a "
+                            f"tensor; argument {name!r} is {type(value).__name__}: pass a tensor, or use a "
+                            "planner (recompute.optimize(model) keeps non-tensor arguments as constants of the step)")
+    return tuple(bound.arguments.values())
+
+
 def _run_nodes(gm: fx.GraphModule, ins: list[fx.Node], nodes: list[fx.Node], out: fx.Node, packed: bool, value: Any) -> Any:
     """Interpret ``nodes`` of ``gm`` from the value(s) of ``ins``; the value of ``out``."""
     env: dict[fx.Node, Any] = dict(zip(ins, value if packed else (value,)))
@@ -224,10 +240,11 @@ def torch_checkpoint_sequential(model: nn.Module, *, segments: int = 0) -> Forwa
     _out_of_place(model)
     k = segments or math.ceil(math.sqrt(len(stages)))
     k = min(k, len(stages))
+    signature = inspect.signature(model.forward)
 
-    def forward(*inputs: torch.Tensor) -> Any:
-        value = inputs if len(inputs) > 1 else inputs[0]
-        return checkpoint_sequential(stages, k, value, use_reentrant=False)
+    def forward(*inputs: Any, **kwargs: Any) -> Any:
+        values = _traced_arguments(signature, inputs, kwargs)
+        return checkpoint_sequential(stages, k, values if len(values) > 1 else values[0], use_reentrant=False)
 
     return forward
 
@@ -328,9 +345,9 @@ def torch_checkpoint_blocks(model: nn.Module) -> Forward:
                        f"{', '.join(t.__name__ for t in _block_types())} and VGG's features); "
                        "use torch_checkpoint_sequential or a planner")
 
-    def forward(*inputs: torch.Tensor) -> Any:
+    def forward(*inputs: Any, **kwargs: Any) -> Any:
         with _patched(found):
-            return model(*inputs)
+            return model(*inputs, **kwargs)
 
     return forward
 
@@ -356,8 +373,8 @@ def torch_sac(model: nn.Module) -> Forward:
     _out_of_place(model)
     context = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
 
-    def forward(*inputs: torch.Tensor) -> Any:
-        return checkpoint(model, *inputs, use_reentrant=False, context_fn=context)
+    def forward(*inputs: Any, **kwargs: Any) -> Any:
+        return checkpoint(model, *inputs, use_reentrant=False, context_fn=context, **kwargs)
 
     return forward
 
@@ -379,9 +396,9 @@ def torch_compile_budget(model: nn.Module, *, budget_fraction: float = 0.5, back
 
     compiled = torch.compile(model, backend=backend)
 
-    def forward(*inputs: torch.Tensor) -> Any:
+    def forward(*inputs: Any, **kwargs: Any) -> Any:
         # the budget is read when the joint graph is partitioned, i.e. while the first call compiles
         with functorch_config.patch(activation_memory_budget=budget_fraction):
-            return compiled(*inputs)
+            return compiled(*inputs, **kwargs)
 
     return forward

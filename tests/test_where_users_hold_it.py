@@ -211,6 +211,46 @@ def test_keyword_and_non_tensor_arguments_are_constants_of_the_planned_step():
         wrapped(x, (mask,))
 
 
+class _Gated(nn.Module):
+    """A forward with an optional tensor argument (a mask), defaulting to None."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x, gate=None):
+        y = torch.relu(self.a(x))
+        if gate is not None:
+            y = y * gate
+        return self.b(y)
+
+
+@pytest.mark.parametrize("method, options", [("torch_sac", {}), ("torch_checkpoint_sequential", {}),
+                                             ("torch_compile_budget", {"backend": "aot_eager_decomp_partition"})])
+def test_pytorchs_methods_take_the_models_arguments_as_it_takes_them(method, options):
+    """Keyword arguments reach the model; ``checkpoint_sequential``, whose fx trace took every argument
+    for a tensor (``if gate is not None`` traced true), refuses another value: ``m(x)`` once unpacked x
+    over the two placeholders, x and gate each a row of it, and trained that, silently."""
+    plain = _Gated()
+    ours = copy.deepcopy(plain)
+    wrapped = recompute.optimize(ours, method=method, **options)
+    x, gate = torch.randn(6, 8), torch.rand(16)
+    calls = [((x,), {"gate": gate}), ((x, gate), {})] + ([] if method == "torch_checkpoint_sequential" else [((x,), {})])
+    for args, kwargs in calls:
+        def call(m, args=args, kwargs=kwargs):
+            return lambda *_: m(*args, **kwargs)
+        ref = train_step(plain, call(plain), (), seed=3)
+        got = {k.replace(":model.", ":"): v for k, v in train_step(ours, call(wrapped), (), seed=3).items()}
+        assert ref.keys() == got.keys()
+        for key in ref:
+            torch.testing.assert_close(got[key], ref[key], msg=key)
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    if method == "torch_checkpoint_sequential":
+        with pytest.raises(TypeError, match=r"argument 'gate' is NoneType: pass a tensor, or use a planner"):
+            wrapped(x)
+
+
 class _Counting(nn.Module):
     """Counts its calls in a Python attribute: a setting that changes every step."""
 
