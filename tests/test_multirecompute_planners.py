@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 
 import recompute
 from recompute import nets
@@ -89,3 +90,21 @@ def test_options_are_declared_and_graphs_without_a_program_refused() -> None:
         recompute.plan(edges, "revolve", k=2)
     with pytest.raises(ValueError, match="traced graph"):
         recompute.plan(edges, "revolve")
+
+
+class _TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return {"logits": self.a(h), "aux": self.b(h)}
+
+
+def test_a_graph_of_another_shape_is_refused_saying_which_planners_take_it():
+    with pytest.raises(ValueError, match=r"chain ends at one output; this graph has 2\. What to do: approxdp"):
+        recompute.optimize(_TwoHeads(), method="revolve")(torch.randn(3, 8))
+    model, inputs = nets.build("resblock", batch_size=2, input_size=8)
+    with pytest.raises(ValueError, match=r"at least two; this graph has 1\. What to do: revolve or chen_recursive"):
+        recompute.optimize(model, method="join_dp")(*inputs)

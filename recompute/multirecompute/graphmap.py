@@ -107,10 +107,14 @@ def _branch_profile(g: Graph, steps: tuple[Step, ...], backward_ratio: float) ->
     return BranchProfile(uf, backward_ratio * uf, x, tape)
 
 
+# where a graph is not the shape a chain or join planner takes
+_ANY_GRAPH = "approxdp, exactdp, chen or milp plan any graph (recompute.optimize(model, method=...))."
+
+
 def chain_of(g: Graph, *, backward_ratio: float = 2.0) -> JoinMap:
     """``g`` as one chain of steps between its nested cut nodes (see the module docstring)."""
     if len(g.outputs) != 1:
-        raise ValueError(f"a chain ends at one output; this graph has {len(g.outputs)}: {g.outputs}")
+        raise ValueError(f"a chain ends at one output; this graph has {len(g.outputs)}. What to do: {_ANY_GRAPH}")
     steps = _steps(g, range(g.n), g.outputs[0])
     return JoinMap((steps,), (), Profile((_branch_profile(g, steps, backward_ratio),), ut=0.0, rebuild=True))
 
@@ -151,10 +155,11 @@ def join_of(g: Graph, *, backward_ratio: float = 2.0) -> JoinMap:
     """``g`` as a join: one branch per network input up to the head that several inputs reach."""
     mask, k = _input_masks(g)
     if k < 2:
-        raise ValueError(f"a join needs at least two inputs; this graph has {k}")
+        raise ValueError(f"a join has one branch per input, at least two; this graph has {k}. What to do: "
+                         f"revolve or chen_recursive plan a chain; {_ANY_GRAPH}")
     head = [v for v in g.topo_order if bin(int(mask[v])).count("1") >= 2]
     if not head:
-        raise ValueError("no node reads two inputs: the branches never join")
+        raise ValueError(f"no node reads two inputs: the branches never join. What to do: {_ANY_GRAPH}")
     in_head = np.zeros(g.n, dtype=bool)
     in_head[head] = True
     branches, profiles = [], []
@@ -164,7 +169,7 @@ def join_of(g: Graph, *, backward_ratio: float = 2.0) -> JoinMap:
         leaks = [v for v in nodes if v in g.outputs]
         if len(feeds) != 1 or leaks:
             raise ValueError(f"branch {b} must reach the head through exactly one node and return nothing itself; "
-                             f"it feeds it from {feeds} and returns {leaks}")
+                             f"it feeds it from {len(feeds)} nodes and returns {len(leaks)} outputs. What to do: {_ANY_GRAPH}")
         steps = _steps(g, nodes, feeds[0])
         branches.append(steps)
         profiles.append(_branch_profile(g, steps, backward_ratio))
