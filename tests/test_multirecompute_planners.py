@@ -106,5 +106,5 @@ def test_a_graph_of_another_shape_is_refused_saying_which_planners_take_it():
     with pytest.raises(ValueError, match=r"chain ends at one output; this graph has 2\. What to do: approxdp"):
         recompute.optimize(_TwoHeads(), method="revolve")(torch.randn(3, 8))
     model, inputs = nets.build("resblock", batch_size=2, input_size=8)
-    with pytest.raises(ValueError, match=r"at least two; this graph has 1\. What to do: revolve or chen_recursive"):
+    with pytest.raises(ValueError, match=r"at least two inputs; this graph has 1\. What to do: revolve or chen_recursive"):
         recompute.optimize(model, method="join_dp")(*inputs)

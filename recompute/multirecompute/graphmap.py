@@ -155,7 +155,7 @@ def join_of(g: Graph, *, backward_ratio: float = 2.0) -> JoinMap:
     """``g`` as a join: one branch per network input up to the head that several inputs reach."""
     mask, k = _input_masks(g)
     if k < 2:
-        raise ValueError(f"a join has one branch per input, at least two; this graph has {k}. What to do: "
+        raise ValueError(f"a join has one branch per input and needs at least two inputs; this graph has {k}. What to do: "
                          f"revolve or chen_recursive plan a chain; {_ANY_GRAPH}")
     head = [v for v in g.topo_order if bin(int(mask[v])).count("1") >= 2]
     if not head:
