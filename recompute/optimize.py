@@ -112,6 +112,9 @@ class RecomputeModule(ModelWrapper):
         return (any(p.requires_grad for p in self.model.parameters())
                 or any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs))
 
+    # inside a model under torch.compile, dynamo would trace into the tracing and planning themselves
+    # (numba, FakeTensors) and fail: it runs this module as it is, between the graphs it compiles
+    @torch.compiler.disable
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         tensors, layout = _call_layout(self.model.forward, args, kwargs)
         if not self.records_backward(tensors):

@@ -62,6 +62,25 @@ def test_layers_before_an_optimized_module_get_their_gradients():
     assert ours.stem.weight.grad is not None and ours.stem.weight.grad.norm() > 0
 
 
+def test_an_optimized_backbone_inside_a_compiled_model_runs_its_plan_between_the_compiled_graphs():
+    """``torch.compile`` of a model holding an optimized module: dynamo traced into the tracing and the
+    planner (numba) and failed, or advised making forward free of control flow; it now compiles around
+    the module, which runs its plan."""
+    torch._dynamo.reset()
+    plain, ours = Outer(_net()), Outer(recompute.optimize(_net()))
+    compiled = torch.compile(ours, backend="aot_eager")
+    for seed in (3, 4):
+        x = torch.randn(6, 8)
+        ref = train_step(plain, plain, (x,), seed=seed)
+        got = {re.sub(r"(?<=[:.])model\.", "", k): v for k, v in train_step(ours, compiled, (x,), seed=seed).items()}
+        assert ref.keys() == got.keys()
+        for key in ref:
+            torch.testing.assert_close(got[key], ref[key], msg=key)
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    assert len(ours.body._executors) == 1
+    torch._dynamo.reset()
+
+
 def test_an_input_that_requires_grad_gets_its_gradient():
     plain = _net()
     ours = recompute.optimize(copy.deepcopy(plain), (torch.randn(6, 8),))
