@@ -270,6 +270,35 @@ def test_pytorchs_methods_take_the_models_arguments_as_it_takes_them(method, opt
             wrapped(x)
 
 
+class _KeepsItsOwnStatistics(nn.Module):
+    """A forward that updates buffers of its own: a running mean kept by hand and a step counter."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 4)
+        self.register_buffer("running", torch.zeros(8))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if self.training:
+            self.running.mul_(0.9).add_(0.1 * h.detach().mean(0))
+            self.count += 1
+        return self.c(torch.relu(self.b(h - self.running)))
+
+
+@pytest.mark.parametrize("method", ["approxdp", "chen", "revolve"])
+def test_a_forward_that_updates_its_own_buffers_updates_them_once_per_step(method):
+    """Recomputation must not run a buffer update again (PyTorch's checkpoint does: README)."""
+    plain = _KeepsItsOwnStatistics()
+    ours = recompute.optimize(copy.deepcopy(plain), method=method)
+    for seed in (3, 4, 5):
+        _same_step(plain, ours, (torch.randn(5, 8),), seed=seed)
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    assert int(ours.model.count) == int(plain.count) == 3
+
+
 class _Counting(nn.Module):
     """Counts its calls in a Python attribute: a setting that changes every step."""
 
