@@ -167,6 +167,7 @@ class _Run(torch.autograd.Function):
             for fqn, new in zip(g.write_targets, writes):
                 values[ex.program.buffers_inv[fqn]].copy_(new)
         ctx.ex = ex
+        ctx.mark_non_differentiable(*(o for o, d in zip(outs, ex.differentiable) if not d))
         ctx.saved = [*out[g.n_outputs + g.n_writes:], *(values[name] for name in g.backward_inputs)]
         ctx.device = ex.device
         del out, writes
@@ -186,6 +187,8 @@ class _Run(torch.autograd.Function):
                 "so retain_graph=True cannot keep them for a second backward. What to do: add the losses "
                 "and call backward once (the same gradients), or run the forward again.")
         ex: Executor = ctx.ex
+        # the backward graph takes the gradients of the outputs that require grad (the others get zeros here)
+        grads = [g for g, d in zip(grads, ex.differentiable) if d]
         args, ctx.saved = [*ctx.saved, *grads], None
         outer = _rng_state(ctx.device) if ex.replays_rng else None
         grads = ex.graphs.bwd(args)
@@ -216,6 +219,7 @@ class Executor:
         self.device = torch.device("cpu")
         joint = self.program.joint
         self.replays_rng = any(c > 0 and is_random(joint.node(n)) for n, c in self.schedule.steps)
+        self.differentiable = joint.differentiable or (True,) * len(joint.user_outputs)
 
     @property
     def graphs(self) -> _Graphs:

@@ -45,8 +45,11 @@ class JointProgram:
         gm: the functional ATen graph (``fx.GraphModule``) of forward and backward.
         params, buffers: placeholder name → fully qualified name in the model.
         user_inputs: placeholder names of the step's tensor inputs, in call order.
-        tangents: placeholder names of the gradients of the step's outputs (one per output).
+        tangents: placeholder names of the gradients of the step's outputs (one per output that
+            requires grad, in their order).
         user_outputs: fx nodes the step returns (the model's outputs, or the loss).
+        differentiable: per user output, whether it requires grad (an argmax or a detached tensor
+            returned beside the logits does not, and gets no tangent).
         buffer_writes: fx node name → buffer FQN it must be written to (BatchNorm statistics).
         param_grads: fx node name → FQN of the parameter whose gradient it is.
         input_grads: fx node name → placeholder name of the user input whose gradient it is (the
@@ -71,6 +74,7 @@ class JointProgram:
     out_spec: Any = None
     module: torch.nn.Module | None = field(default=None, repr=False)
     input_grads: dict[str, str] = field(default_factory=dict)
+    differentiable: tuple[bool, ...] | None = None  # None: every output
 
     def node(self, name: str) -> fx.Node:
         return self._by_name[name]
@@ -104,11 +108,14 @@ class _Seed(torch.autograd.Function):
 
 
 class _Step(torch.nn.Module):
-    """``forward(*inputs, *tangents)`` → (seed, *outputs): the module ``aot_export_module`` traces."""
+    """``forward(*inputs, *tangents)`` → (seed, *outputs): the module ``aot_export_module`` traces; a
+    tangent for each output that requires grad (``differentiable``)."""
 
-    def __init__(self, model: torch.nn.Module, n_inputs: int, loss_fn: Callable[[Any], torch.Tensor] | None):
+    def __init__(self, model: torch.nn.Module, n_inputs: int, loss_fn: Callable[[Any], torch.Tensor] | None,
+                 differentiable: Sequence[bool]):
         super().__init__()
         self.model, self.n_inputs, self.loss_fn = model, n_inputs, loss_fn
+        self.differentiable = list(differentiable)
         self.out_spec: Any = None
         # ((sequence number, name) of a grad_fn, the last traced node before it runs): no reference to
         # the grad_fn itself, whose hook would then hold it in a cycle through C++ that gc never frees
@@ -122,7 +129,8 @@ class _Step(torch.nn.Module):
             out = self.loss_fn(out)
         flat, self.out_spec = tree_flatten(out)
         self._mark(flat)
-        seed = _Seed.apply(len(flat), *flat, *args[self.n_inputs:])
+        seeded = [t for t, d in zip(flat, self.differentiable) if d]
+        seed = _Seed.apply(len(seeded), *seeded, *args[self.n_inputs:])
         return (seed, *(t.detach() for t in flat))
 
     def _distinct_gradients(self, leaves: Sequence[torch.Tensor]) -> None:
@@ -190,12 +198,12 @@ def trace_step(
     # that stops at a config mistake) should not pay
     from torch._functorch.aot_autograd import aot_export_module
 
-    step = _Step(model, len(inputs), loss_fn)
     # an input that requires grad gets its gradient in the joint graph; detached, since a non-leaf
     # input's history belongs to the caller's graph, not to the step
     inputs = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
     with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_kernels():
-        tangents, unused = _probe(model, inputs, loss_fn)
+        tangents, differentiable, unused = _probe(model, inputs, loss_fn)
+        step = _Step(model, len(inputs), loss_fn, differentiable)
         with _frozen(unused), _saved_in_python():
             try:
                 gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
@@ -230,6 +238,7 @@ def trace_step(
         owner=_owners(step.marks, forward, nodes),
         out_spec=step.out_spec,
         module=model,
+        differentiable=tuple(differentiable),
     )
 
 
@@ -348,8 +357,10 @@ class StepError(ValueError):
 
 
 def _check_outputs(model: torch.nn.Module, out: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """The step's output tensors; a clear :class:`StepError` where one is something autograd cannot
-    seed (an int, None, a tensor with no gradient) or where nothing requires grad at all."""
+    """The step's output tensors; a clear :class:`StepError` where one is no tensor (an int, None) or
+    where nothing requires grad at all (no trainable parameter or input, or no output that has a
+    gradient). An output that does not require grad (an argmax beside the logits) is returned as
+    computed and gets no gradient."""
     name = type(model).__name__
     if not any(p.requires_grad for p in model.parameters()) and not any(x.requires_grad for x in inputs):
         raise StepError(f"nothing in the step of {name} requires grad (no trainable parameter, no input with "
@@ -366,18 +377,18 @@ def _check_outputs(model: torch.nn.Module, out: Any, inputs: Sequence[torch.Tens
             raise StepError(f"{name}.forward returned {what} as {where}: a planned step "
                             "returns tensors only. What to do: return the tensors alone and compute other values "
                             "outside the optimized module (or optimize the sub-module that returns tensors).")
-        if not leaf.requires_grad:
-            raise StepError(f"{where} of {name} does not require grad (an argmax, a detached or an integer "
-                            "tensor): a planned step differentiates every output. What to do: compute it "
-                            "outside the optimized module, from the output that requires grad.")
+    if not any(leaf.requires_grad for _, leaf in leaves):
+        raise StepError(f"no output of {name} requires grad (argmaxes, detached or integer tensors): there "
+                        "is no backward pass to plan. What to do: return the output the loss is computed from.")
     return [leaf for _, leaf in leaves]
 
 
-def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
-           loss_fn: Callable[[Any], torch.Tensor] | None) -> tuple[list[torch.Tensor], list[torch.nn.Parameter]]:
-    """One step on FakeTensors (no arithmetic): a tensor like each output of the step, made in the
-    inputs' own kind (fake for fake inputs, real and uninitialised otherwise), and the trainable
-    parameters that get no gradient (unused ones: the export needs them frozen)."""
+def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor], loss_fn: Callable[[Any], torch.Tensor] | None
+           ) -> tuple[list[torch.Tensor], list[bool], list[torch.nn.Parameter]]:
+    """One step on FakeTensors (no arithmetic): a tangent like each output of the step that requires
+    grad, made in the inputs' own kind (fake for fake inputs, real and uninitialised otherwise), which
+    outputs require grad, and the trainable parameters that get no gradient (unused ones: the export
+    needs them frozen)."""
     mode = detect_fake_mode(inputs)
     probe = mode if mode is not None else FakeTensorMode(allow_non_fake_inputs=True)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -387,11 +398,13 @@ def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor],
         xs = [x if mode is not None else probe.from_tensor(x) for x in inputs]
         out = torch.func.functional_call(model, buffers, tuple(xs), strict=False)
         flat = _check_outputs(model, out if loss_fn is None else loss_fn(out), inputs)
-        specs = [(t.shape, t.dtype, t.device) for t in flat]
-    reached = _leaves_reached(flat)
+        differentiable = [t.requires_grad for t in flat]
+        specs = [(t.shape, t.dtype, t.device) for t in flat if t.requires_grad]
+    reached = _leaves_reached([t for t in flat if t.requires_grad])
     unused = [p for p in trainable if id(p) not in reached]
     with mode if mode is not None else contextlib.nullcontext():
-        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs], unused
+        tangents = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in specs]
+    return tangents, differentiable, unused
 
 
 def _leaves_reached(outputs: Sequence[torch.Tensor]) -> set[int]:

@@ -510,6 +510,37 @@ class _Pair(nn.Module):
         return None if self.second == "none" else (y, self.second)
 
 
+class _Predicts(nn.Module):
+    """Returns its predictions and their confidence (no gradient) beside the logits."""
+
+    def __init__(self, logits_too: bool = True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.logits_too = _net(), logits_too
+
+    def forward(self, x):
+        logits = self.body(x)
+        with torch.no_grad():
+            confidence = logits.softmax(-1).amax(-1)
+        return (logits, logits.argmax(-1), confidence) if self.logits_too else logits.argmax(-1)
+
+
+@pytest.mark.parametrize("method", ["approxdp", "chen", "milp"])
+def test_outputs_without_gradient_beside_the_logits_are_returned_and_the_step_trains_as_plain(method):
+    """They were refused ("a planned step differentiates every output"); now they are computed in the
+    planned forward, returned as plain training returns them, and get no gradient."""
+    plain = _Predicts()
+    ours = recompute.optimize(copy.deepcopy(plain), method=method)
+    x = torch.randn(6, 8)
+    out = [(torch.manual_seed(2), m(x))[1] for m in (plain, ours)]  # one forward each, the same dropout masks
+    ref, out = out
+    assert all(torch.equal(a, b) for a, b in zip(ref, out))
+    assert [t.requires_grad for t in out] == [True, False, False] and out[1].dtype == torch.int64
+    for seed in (3, 4):
+        _same_step(plain, ours, (x,), seed=seed)
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+
+
 class _Captures(nn.Module):
     """Reads a tensor that requires grad but is not registered: it would get no gradient."""
 
@@ -526,6 +557,7 @@ class _Captures(nn.Module):
     (nn.ReLU(), torch.randn(2, 4), "nothing in the step of ReLU requires grad"),
     (_Pair(3), torch.randn(2, 4), "returned int 3 as output[1]"),
     (_Pair("none"), torch.randn(2, 4), "returned None"),
+    (_Predicts(logits_too=False), torch.randn(2, 8), "no output of _Predicts requires grad"),
     (nn.Linear(4, 4), torch.randn(2, 4, dtype=torch.float64), "input 0 is torch.float64 while the parameters are torch.float32"),
     (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), torch.randn(1, 4), "Expected more than 1 value per channel"),
     (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, momentum=None)), torch.randn(3, 4),
