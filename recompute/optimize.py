@@ -50,6 +50,7 @@ class RecomputeModule(ModelWrapper):
         self.last: Executor | None = None
         self._last_key: tuple | None = None
         self._traced = 0  # traces so far (the plans kept are at most MAX_PLANS of them)
+        _compiled_around(type(self))
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the plans (``copy.deepcopy``, an EMA twin, ``pickle``): a copy plans again on its
@@ -112,14 +113,20 @@ class RecomputeModule(ModelWrapper):
         return (any(p.requires_grad for p in self.model.parameters())
                 or any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs))
 
-    # inside a model under torch.compile, dynamo would trace into the tracing and planning themselves
-    # (numba, FakeTensors) and fail: it runs this module as it is, between the graphs it compiles
-    @torch.compiler.disable
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         tensors, layout = _call_layout(self.model.forward, args, kwargs)
         if not self.records_backward(tensors):
             return self.model(*args, **kwargs)
         return self._prepared(tensors, layout)(*tensors)
+
+
+def _compiled_around(cls: type) -> None:
+    """Inside a model under ``torch.compile``, dynamo would trace into ``cls.forward``'s tracing and
+    planning (numba, FakeTensors) and fail: it is made to run it as it is, between the graphs it
+    compiles (``torch.compiler.disable``). Done at the first construction, not at import: it imports
+    torch._dynamo (seconds), which ``import recompute`` leaves to first use."""
+    if not getattr(cls.forward, "_torchdynamo_disable", False):
+        cls.forward = torch.compiler.disable(cls.forward)
 
 
 MAX_PLANS = 8  # plans a RecomputeModule keeps (torch.compile's recompile limit is 8 too)
