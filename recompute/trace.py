@@ -214,13 +214,13 @@ def trace(
     check_inputs(example_inputs)
     check_cost_model(cost_model, cost_options)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    tied = _tied_parameters(model)
-    if tied:
+    twice = _modules_registered_twice(model)
+    if twice:
         raise TraceError(
-            f"{type(model).__name__} shares parameters between modules ({', '.join(tied[:3])}"
-            f"{', …' if len(tied) > 3 else ''}); tracing the training step does not support tied "
-            "parameters yet. What to do: plan a model that holds each parameter once (e.g. call one "
-            "shared sub-module several times instead of registering it under several names)."
+            f"{type(model).__name__} registers one module under several names ({', '.join(twice[:3])}"
+            f"{', …' if len(twice) > 3 else ''}); tracing the training step does not support that. What to "
+            "do: register it once and call it several times (a parameter shared between two modules, as "
+            "tied input and output embeddings are, is fine)."
         )
     lost = _rnn_dropout(model)
     if lost:
@@ -315,15 +315,16 @@ def _python_hooks(model: torch.nn.Module) -> list[str]:
     return found
 
 
-def _tied_parameters(model: torch.nn.Module) -> list[str]:
-    """Names under which an already registered parameter is registered again."""
+def _modules_registered_twice(model: torch.nn.Module) -> list[str]:
+    """Names under which an already registered module with parameters or buffers is registered again
+    (``nn.Sequential(layer, act, layer)``): AOTAutograd's export fails on them."""
     seen: set[int] = set()
-    tied = []
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            tied.append(name)
-        seen.add(id(p))
-    return tied
+    twice = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        if id(m) in seen and any(True for _ in m.parameters(recurse=False)) | any(True for _ in m.buffers(recurse=False)):
+            twice.append(name)
+        seen.add(id(m))
+    return twice
 
 
 def _condense(joint: JointProgram, loss: bool) -> Program:

@@ -53,8 +53,8 @@ def test_join_dp_on_the_cross_modal_network():
            lambda lengths: (c_min(lengths), (c_min(lengths) + c_opt(lengths)) // 2))
 
 
-def test_tied_parameters_are_refused_with_a_clear_error():
+def test_a_module_registered_twice_is_refused_with_a_clear_error():
     layer = torch.nn.Linear(4, 4)
-    tied = torch.nn.Sequential(layer, torch.nn.ReLU(), layer)  # one layer registered under two names
-    with pytest.raises(recompute.TraceError, match="shares parameters"):
-        recompute.trace(tied, (torch.randn(2, 4),))
+    twice = torch.nn.Sequential(layer, torch.nn.ReLU(), layer)  # one layer registered under two names
+    with pytest.raises(recompute.TraceError, match=r"registers one module under several names \(2\).*call it several times"):
+        recompute.trace(twice, (torch.randn(2, 4),))

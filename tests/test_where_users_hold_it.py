@@ -541,6 +541,42 @@ def test_outputs_without_gradient_beside_the_logits_are_returned_and_the_step_tr
         plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
 
 
+class _TiedEmbeddings(nn.Module):
+    """A language model's tied input and output embeddings: one parameter in two modules."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.mid, self.out = nn.Embedding(20, 8), nn.Linear(8, 8), nn.Linear(8, 20, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.out(torch.relu(self.mid(self.emb(ids)))).mean(1)
+
+
+@pytest.mark.parametrize("method", ["approxdp", "chen", "revolve"])
+def test_tied_embeddings_train_as_plain_and_are_measured_once(method):
+    """They were refused ("does not support tied parameters yet"); the traced step holds the one
+    tensor once, its gradient the sum of both uses. The ``fake`` backend swapped each name for a fake
+    of its own (``functional_call`` refused two values for tied names) and counted the bytes twice."""
+    plain = _TiedEmbeddings()
+    ours = recompute.optimize(copy.deepcopy(plain), method=method)
+    for seed in (3, 4):
+        ids = torch.randint(0, 20, (4, 5))
+        _same_step(plain, ours, (ids,), seed=seed)
+        plain.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    fake, cpu = (recompute.measure(ours.model, (ids,), runner=ours, backend=b) for b in ("fake", "cpu"))
+    assert fake.peak_bytes == cpu.peak_bytes and fake.param_bytes == sum(p.numel() * 4 for p in plain.parameters())
+
+
+def test_the_fake_backend_measures_an_optimized_module_after_its_first_call_plans():
+    """Its first call at new shapes traces and plans: outside the metered step, as on the cpu backend."""
+    ids = torch.randint(0, 20, (4, 5))
+    peaks = [recompute.measure(m.model, (ids,), runner=m, backend=b).peak_bytes
+             for m, b in ((recompute.optimize(_TiedEmbeddings()), "fake"), (recompute.optimize(_TiedEmbeddings()), "cpu"))]
+    assert peaks[0] == peaks[1]
+
+
 class _Captures(nn.Module):
     """Reads a tensor that requires grad but is not registered: it would get no gradient."""
 
