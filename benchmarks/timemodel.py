@@ -21,7 +21,7 @@ predict moved the ratio with it (DenseNet-161's four plans: 0.86–1.02 in one r
 next); within a round both sides see the same host.
 
 ``--alone`` times every op alone instead, with the core's private cache flushed before each call (the
-table before 2026-12-06): on this project's host it under-predicted the ResNets' steps by 9–14%.
+table before 2026-12-06): on this project's host it under-predicted the ResNets' steps by 8–14%.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ makes, and a key's cost is its mean call in a step (the median over a few steps)
 recomputes are forward ops of that step, so they are priced as the step runs them; keys the step does
 not run are timed alone. On this project's host (one thread, reduced sizes) ops timed alone with the
 core's cache flushed predicted the ResNets' steps at 0.86–0.92× of the measured time while DenseNet-161's
-came out at 1.03×; timed in the plain step, every network's plans came out within 0.92–1.05×
-(``benchmarks/timemodel.py``).
+came out at 0.97–1.05×; timed in the plain step, the 28 plans of the seven networks came out at
+0.97–1.06× (``benchmarks/timemodel.py``, the same hour).
 
 At a size too large to measure op by op in reasonable time (the paper's batches on a CPU),
 :class:`BatchExtrapolation` measures the same ops at two small probe batches and extends each op's
