@@ -321,7 +321,8 @@ def _modules_registered_twice(model: torch.nn.Module) -> list[str]:
     seen: set[int] = set()
     twice = []
     for name, m in model.named_modules(remove_duplicate=False):
-        if id(m) in seen and any(True for _ in m.parameters(recurse=False)) | any(True for _ in m.buffers(recurse=False)):
+        holds = next(m.parameters(recurse=False), None) is not None or next(m.buffers(recurse=False), None) is not None
+        if id(m) in seen and holds:
             twice.append(name)
         seen.add(id(m))
     return twice
