@@ -71,12 +71,12 @@ def run(names: list[str], steps: int, repeats: int, rounds: int, alone: bool = F
         batch, size = SIZES[name]
         model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0)
         graph = recompute.trace(model, inputs, loss_fn=default_loss)
-        vanilla = plain = None
+        plain_plan = recompute.plan(graph, "vanilla")  # the step whose ops are timed where they run
+        vanilla, plain = schedule_calls(graph.program, plain_plan.runs(graph)), recompute.execute(graph, plain_plan, model)
         for label, method, strategy in PLANS:
             p = recompute.plan(graph, method, strategy=strategy)
             calls = schedule_calls(graph.program, p.runs(graph))
             runner = recompute.execute(graph, p, model)
-            vanilla, plain = (calls, runner) if vanilla is None else (vanilla, plain)
             step_seconds(runner, model, inputs, 1)  # warm-up
             paired = []
             for _ in range(rounds):

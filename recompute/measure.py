@@ -163,9 +163,13 @@ def default_loss(out: Any) -> torch.Tensor:
 Step = Callable[..., Any]
 
 
+def _each_once(tensors: Iterable[Any]) -> list[Any]:
+    """``tensors`` without repeats (a tied parameter is listed under every name it has)."""
+    return list({id(t): t for t in tensors}.values())
+
+
 def _bytes(tensors: Sequence[torch.Tensor]) -> int:
-    """Bytes of ``tensors``, each once (a tied parameter is listed under every name)."""
-    return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+    return sum(t.numel() * t.element_size() for t in _each_once(tensors))
 
 
 def _fake_state(model: torch.nn.Module, mode: FakeTensorMode) -> dict[str, torch.Tensor]:
@@ -243,7 +247,7 @@ def measure(
             torch.func.functional_call(_Step(model, lambda: step_loss(runner(*xs)).backward()), _prefixed(state), ())
         else:
             step_loss(call(state, xs)).backward()
-        return [t.grad for t in {id(t): t for t in state.values()}.values() if isinstance(t, torch.Tensor) and t.grad is not None]
+        return [t.grad for t in _each_once(state.values()) if isinstance(t, torch.Tensor) and t.grad is not None]
 
     def drop(state: dict[str, torch.Tensor]) -> None:
         for t in state.values():

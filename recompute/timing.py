@@ -34,7 +34,7 @@ import functools
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.fx as fx
@@ -306,16 +306,24 @@ class TimeModel:
         and the op's time would be that of propagating their shapes)."""
         missing = [c for c in calls if c.key not in self.table]
         if missing:
-            asked = time.perf_counter()
-            with self.lock, unset_fake_temporarily():
-                start = time.perf_counter()
+            with self._turn(), unset_fake_temporarily():
                 try:
                     fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
                                                                self.flush, self.enough), "timing")
                 finally:
                     _POOLS.clear()  # the values live for one measuring, not beside the steps (a GPU's memory)
-                    self.spent["waiting"] += start - asked
-                    self.spent["measuring"] += time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Hold ``lock`` while measuring; the seconds spent waiting for it and measuring go to ``spent``."""
+        asked = time.perf_counter()
+        with self.lock:
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.spent["waiting"] += start - asked
+                self.spent["measuring"] += time.perf_counter() - start
 
     def observe(self, step: Callable[[], Any], steps: int = 3) -> None:
         """Time the ATen calls of ``step()`` where they run: ``steps`` runs, each under a
@@ -326,17 +334,13 @@ class TimeModel:
             raise ValueError(f"steps must be at least 1, got {steps}")
         sync = _sync(self.device)
         means: dict[OpKey, list[float]] = collections.defaultdict(list)
-        asked = time.perf_counter()
-        with self.lock:
-            start = time.perf_counter()
+        with self._turn():
             for _ in range(steps):
                 timer = StepTimer(CLOCKS[self.clock], sync)
                 with timer:
                     step()
                 for key, total in timer.seconds.items():
                     means[key].append(total / timer.calls[key])
-            self.spent["waiting"] += start - asked
-            self.spent["measuring"] += time.perf_counter() - start
         for key, seen in means.items():
             self.table[key] = statistics.median(seen)
         self.observed.update(means)
