@@ -53,15 +53,17 @@ import torch.fx as fx
 
 import recompute
 from recompute import baselines, costs, nets
-from recompute.dynamo import split_convolution_backwards
+from recompute.convsplit import split_convolution_backwards
+from recompute.inplace import in_place
 from recompute.graph import Graph
 from recompute.measure import default_loss
+from recompute.peakremat import needed_splits
 from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_partition, price, split_convolutions,
                                   split_plan, torch_partition)
 from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, spec
 from recompute.refine import finest, refine, step_peak
-from recompute.simulate import simulate_partition
+from recompute.simulate import simulate, simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic, write_section
@@ -271,8 +273,9 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     eager_pts += eager_points(name, batch, size, ex, eager[1:], eager_pts[0].seconds if eager_pts else None)
     # our executor's memory-centric plan is also refined to the time of the issue's bar (PyTorch's points are all in)
     bar = smallest_fast([p for p in points + eager_pts if p.family == "pytorch"])
-    executor = executor_points(name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None,
-                               bar.time_ratio if bar else None)
+    executor = [pt for split in (False, True) for pt in executor_points(
+        name, batch, size, ex, budgets, eager_pts[0].seconds if eager_pts else None, bar.time_ratio if bar else None,
+        conv_splits=split)]
     ours("vanilla", "", vanilla)
     first = our_partition(c, "approxdp", strategy="tc", **planning)[2]
     splits[id(first.graph), tuple(first.plan.lower_sets), None] = first
@@ -449,16 +452,23 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     return points + eager_pts + executor
 
 
-def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]]) -> list[tuple[str, str, Plan]]:
+def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]], *, peak_only: bool = False
+              ) -> list[tuple[str, str, Plan]]:
     """(method, knob, plan) for ``plans``, each also with cheap values recomputed again before late
     reads where that lowers its peak (``+late``, :meth:`~recompute.Plan.with_late_recompute`), run with
-    eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`), and both
+    eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`), both
     (``+late+in-place``, :meth:`~recompute.Plan.with_rewrites`: the late recomputations that the step
-    run in place needs): the executor's points, here and in ``benchmarks.head_to_head_cuda``."""
+    run in place needs), and in place with the values held across its peak recomputed after it
+    (``+peak+in-place``, :meth:`~recompute.Plan.with_peak_recompute`): the executor's points, here and
+    in ``benchmarks.head_to_head_cuda``. ``peak_only``: only the last of them."""
+    peak = [(f"{method}+peak+in-place", knob, p.with_rewrites(graph, recompute_at_peak=True, in_place=True))
+            for method, knob, p in plans]
+    if peak_only:
+        return peak
     late = [(f"{method}+late", knob, q) for method, knob, p in plans if (q := p.with_late_recompute(graph)) is not p]
     both = [(f"{method}+late+in-place", knob, q.with_in_place(graph)) for method, knob, p in plans
             if (q := p.with_late_recompute(graph, then_in_place=True)) is not p]
-    return plans + late + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans] + both
+    return plans + late + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans] + both + peak
 
 
 def refined(graph: recompute.Graph, tc: Plan, mc: Plan, fast: Callable[[Plan], bool] | None = None,
@@ -488,7 +498,8 @@ def refined(graph: recompute.Graph, tc: Plan, mc: Plan, fast: Callable[[Plan], b
 
 
 def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, budgets: int,
-                    eager_seconds: float | None, bar_ratio: float | None = None) -> list[Point]:
+                    eager_seconds: float | None, bar_ratio: float | None = None,
+                    conv_splits: bool | frozenset[str] = False) -> list[Point]:
     """Our planners on the eager path (``recompute.optimize``: the step traced op by op, the plan run by
     our executor, bitwise plain training's): vanilla, the time-centric DP from its smallest feasible peak towards
     vanilla's, the memory-centric DP, it refined towards the time-centric one at its own peak and at the
@@ -497,19 +508,28 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     (:func:`rewritten`). Peak: the plan's simulated peak (= the ``fake`` backend's,
     ``tests/test_simulate.py``) plus parameters and buffers; time: the schedule's ATen calls against
     plain eager training's (``eager_seconds``), the step traced at the probe batches too where an op key
-    has no probe yet (a trace of DenseNet-161 takes half a minute)."""
-    traced, params = traced_step(name, batch, size)
+    has no probe yet (a trace of DenseNet-161 takes half a minute). ``conv_splits``: the step
+    traced with its convolution backwards split (``recompute.trace(..., split_convolutions=...)``), the
+    weight's gradient first, so that the peak pass may free the convolution's input, or recompute it,
+    before the input's gradient is made; each plan listed as ``… +split conv+peak+in-place`` only. With
+    ``True`` every split is planned, and the points listed are those of the step traced again with
+    the splits their peaks need alone (:func:`recompute.peakremat.needed_splits`; a split costs time:
+    up to 1.24× the fused op on large maps), none where no peak needs one."""
+    traced, params = traced_step(name, batch, size, conv_splits)
+    every_split = conv_splits is True
 
     def probed(p: Plan) -> list[OpCall]:
         """``p``'s ATen calls at the target batch, matched at the probe batches where a key needs it."""
         def at(b: int) -> list[OpCall]:
-            step = traced_step(name, b, size)[0]
+            step = traced_step(name, b, size, conv_splits)[0]
             return schedule_calls(step.program, p.runs(step))
 
         return ex.probe(at(batch), at)
 
-    # the forward ops probed first, so that the planners price each node in extrapolated seconds
-    probed(recompute.plan(traced, "vanilla"))
+    # the forward ops probed first, so that the planners price each node in extrapolated seconds (a
+    # split changes no forward op: they are probed already)
+    if not every_split:
+        probed(recompute.plan(traced, "vanilla"))
     g = replace(traced, time=costs.cost(PLANNING["cost_model"], traced.program, time_model=ex),
                 cost_model=PLANNING["cost_model"])
     dp = {"memory_model": PLANNING["memory_model"]}
@@ -530,25 +550,55 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
         run = p.with_rewrites(g, recompute_late=True, in_place=True)
         return ex.seconds(probed(run)) <= bar_ratio * eager_seconds
 
-    plans += refined(g, first, mc, fast if bar_ratio and eager_seconds else None)
+    plans += refined(g, first, mc, fast if bar_ratio and eager_seconds and not every_split else None)
     plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
-    points = []
-    for method, knob, p in rewritten(g, plans):
+    if every_split:
+        p = g.program
+        needed = frozenset().union(*(needed_splits(p, q.runs(g), lambda s: simulate(p, in_place(p, s)))
+                                     for _, _, q in rewritten(g, plans, peak_only=True)))
+        print(f"{name}: the peaks need {len(needed)} split convolution backwards", flush=True)
+        return executor_points(name, batch, size, ex, budgets, eager_seconds, bar_ratio, needed) if needed else []
+    if conv_splits:
+        plans = [(f"{method}+split conv", knob, p) for method, knob, p in plans]
+
+    def add_point(method: str, knob: str, p: Plan) -> None:
         seconds = ex.seconds(probed(p))
         ratio = seconds / eager_seconds if eager_seconds else float("nan")
         points.append(Point(name, batch, size, f"executor {method}", knob, "ours", p.peak + params, seconds, ratio, None))
         print(f"{name} executor {method} {knob}: {(p.peak + params) / GIB:.3f} GiB, {seconds:.2f} s", flush=True)
+    points = []
+    listed = rewritten(g, plans, peak_only=bool(conv_splits))
+    for method, knob, p in listed:
+        add_point(method, knob, p)
+    # at the bar's time: the plan whose peak pass reaches least, with as much of the pass as stays as fast
+    peaks = [(pt, q) for pt, (method, _, q) in zip(points, listed) if method.endswith("+peak+in-place")]
+    if bar_ratio and eager_seconds and peaks:
+        least, q = min(peaks, key=lambda x: (x[0].peak, x[0].seconds))
+        if least.time_ratio > bar_ratio:
+            base = next(p for method, knob, p in plans if f"executor {method}+peak+in-place" == least.method
+                        and knob == least.knob)
+            lo, hi, best = 0, q.overhead - base.overhead, None
+            for _ in range(6):
+                mid = (lo + hi) / 2
+                run = base.with_peak_recompute(g, limit=mid, then_in_place=True).with_in_place(g)
+                if ex.seconds(probed(run)) <= bar_ratio * eager_seconds:
+                    lo, best = mid, run
+                else:
+                    hi = mid
+            if best is not None and best.peak < base.with_in_place(g).peak:
+                add_point(least.method.removeprefix("executor "), f"{least.knob} at the bar's time".strip(), best)
     return points
 
 
 @lru_cache(maxsize=None)
-def traced_step(name: str, batch: int, size: int) -> tuple[recompute.Graph, int]:
+def traced_step(name: str, batch: int, size: int, conv_splits: bool | frozenset[str] = False
+                ) -> tuple[recompute.Graph, int]:
     """``recompute.trace`` of ``name``'s training step at ``batch`` × ``size``² (on fake inputs; each
     once per process: DenseNet-161's takes half a minute), and the bytes of the model's parameters and
     buffers."""
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-    return recompute.trace(model, inputs, loss_fn=default_loss), params
+    return recompute.trace(model, inputs, loss_fn=default_loss, split_convolutions=conv_splits), params
 
 
 PLAIN = ("ours", "ours in place")  # our executor's plain steps: vanilla as planned, and in place

@@ -105,18 +105,22 @@ class MethodConfig:
     # also compute cheap values the backward reads early and much later once more before the later
     # read, where that lowers the peak (recompute.Plan.with_late_recompute); ours only, not the baselines'
     recompute_late: bool = False
+    # also recompute values held across the step's peak again after it, and each recomputation right
+    # before its first reader, while the peak falls (recompute.Plan.with_peak_recompute); ours only
+    recompute_at_peak: bool = False
     # free each value at its last use and run each pointwise op whose input dies there in that input's
     # storage, as eager PyTorch does (recompute.Plan.with_in_place); ours only
     in_place: bool = False
 
     def rewrites(self) -> list[str]:
-        """The schedule rewrites asked for (``recompute_late``, ``in_place``), in the order they apply."""
+        """The schedule rewrites asked for (``recompute_late``, ``recompute_at_peak``, ``in_place``), in the
+        order they apply."""
         return [flag for flag in SCHEDULE_REWRITES if getattr(self, flag)]
 
 
 # the options that rewrite a plan's schedule (recompute.Plan.with_rewrites applies them in this order) and
 # their records' method suffixes
-SCHEDULE_REWRITES = {"recompute_late": "+late", "in_place": "+in-place"}
+SCHEDULE_REWRITES = {"recompute_late": "+late", "recompute_at_peak": "+peak", "in_place": "+in-place"}
 
 
 @dataclass

@@ -98,7 +98,8 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
 def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
     plan = recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
-    return plan.with_rewrites(graph, recompute_late=exp.method.recompute_late, in_place=exp.method.in_place)
+    return plan.with_rewrites(graph, recompute_late=exp.method.recompute_late,
+                              recompute_at_peak=exp.method.recompute_at_peak, in_place=exp.method.in_place)
 
 
 def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:

@@ -45,7 +45,6 @@ Exactness:
 from __future__ import annotations
 
 import inspect
-import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -59,6 +58,7 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from .convsplit import split_convolution_backwards
 from .fxnodes import output_tensors, runs_once
 from .graph import Graph
 from .joint import JointProgram
@@ -66,14 +66,13 @@ from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
 from .remat import recompute_late, rematerialize
 from .schedule import Instance, Schedule
 from .simulate import simulate, simulate_partition
-from .storage import is_alias
 from .trace import Program, graph_of
 from .validate import check_budget, check_cost_model, check_flag
 
 _KEYED_CSE = "extra_node_key" in inspect.signature(fx_graph_cse).parameters  # torch 2.11 lacks it
 
 __all__ = ["backend", "Backend", "Partition", "RUNTIMES", "activation_bytes", "partition_of",
-           "split_convolution_backwards", "with_split_convolutions"]
+           "with_split_convolutions"]
 
 RUNTIMES = ("eager", "inductor")
 
@@ -163,42 +162,6 @@ def _deduplicate(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
         gm.graph = fx_graph_cse(gm.graph, extra_node_key=lambda n: n in backward)
     else:
         gm.graph = fx_graph_cse(gm.graph)
-
-
-def split_convolution_backwards(gm: fx.GraphModule, where_input_dies: bool = True) -> fx.GraphModule:
-    """Split each ``convolution_backward`` of the backward module ``gm`` that returns both the input's
-    and the weight's gradient and is the last reader of the convolution's input into two ops: the
-    weight's (and bias's) gradient first, from the output's gradient and the input, then the input's
-    gradient as a transposed convolution of the output's gradient, which reads no input. The input is
-    then freed once the first has run, so that it, the output's gradient and the input's gradient are
-    never held at once (VGG-19 b64 224² and U-Net b8 572², whose smallest compiled plans peak at a
-    convolution's backward). The peak never rises; the time does: on this CPU the two ops take up to
-    1.24× the fused one on large maps. On the CPU they give the fused op's values bitwise (oneDNN's
-    backward-data kernel serves both). ``where_input_dies=False`` splits every one (to time the ops a
-    split makes). Rewrites ``gm`` and returns it."""
-    conv_backward = torch.ops.aten.convolution_backward.default
-    position = {n: i for i, n in enumerate(gm.graph.nodes)}
-    for n in list(gm.graph.find_nodes(op="call_function", target=conv_backward)):
-        grad, x, w, _, stride, padding, dilation, transposed, _, groups, mask = n.args
-        users = {u.args[1]: u for u in n.users if u.target is operator.getitem}
-        # a view of the input, or a later reader of it, would keep its storage: nothing to gain
-        last_read = not where_input_dies or (not is_alias(x) and all(position[u] <= position[n] for u in x.users))
-        if transposed or not (mask[0] and mask[1]) or 0 not in users or not last_read:
-            continue
-        gi_val, (h_out, h_in, k) = users[0].meta["val"], (grad.meta["val"].shape[2:], x.meta["val"].shape[2:], w.meta["val"].shape[2:])
-        # the output padding that makes the transposed convolution's output the input's size
-        output_padding = [i - ((o - 1) * s - 2 * p + d * (kk - 1) + 1)
-                          for i, o, kk, s, p, d in zip(h_in, h_out, k, stride, padding, dilation)]
-        n.args = (*n.args[:-1], [False, *mask[1:]])
-        n.meta["val"] = (None, *n.meta["val"][1:])
-        with gm.graph.inserting_after(users[0]):
-            gi = gm.graph.call_function(torch.ops.aten.convolution.default,
-                                        (grad, w, None, stride, padding, dilation, True, output_padding, groups))
-        gi.meta = {**n.meta, "val": gi_val}
-        users[0].replace_all_uses_with(gi)
-        gm.graph.erase_node(users[0])
-    gm.recompile()
-    return gm
 
 
 def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = None,

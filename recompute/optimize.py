@@ -41,10 +41,11 @@ class RecomputeModule(ModelWrapper):
 
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
                  cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
-                 recompute_late: bool = False, in_place: bool = False):
+                 recompute_late: bool = False, in_place: bool = False, recompute_at_peak: bool = False,
+                 split_convolutions: bool = False):
         super().__init__(model)
         self.method, self.strategy, self.budget, self.recompute_late = method, strategy, budget, recompute_late
-        self.in_place = in_place
+        self.in_place, self.recompute_at_peak, self.split_convolutions = in_place, recompute_at_peak, split_convolutions
         self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
         self._executors: dict[tuple, Executor] = {}
         self.last: Executor | None = None
@@ -98,9 +99,11 @@ class RecomputeModule(ModelWrapper):
                 del self._executors[oldest]
             # a call with keyword or non-tensor arguments is traced as the model called with them fixed
             module = self.model if layout == _positional(len(tensors)) else _Call(self.model, layout)
-            g = trace(module, tensors, cost_model=self.cost_model, **self.cost_options)
+            g = trace(module, tensors, cost_model=self.cost_model, split_convolutions=self.split_convolutions,
+                      **self.cost_options)
             p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-            p = p.with_rewrites(g, recompute_late=self.recompute_late, in_place=self.in_place)
+            p = p.with_rewrites(g, recompute_late=self.recompute_late, recompute_at_peak=self.recompute_at_peak,
+                                in_place=self.in_place)
             self._executors[key] = Executor(g, p, module)
             self._traced += 1
         self.last, self._last_key = self._executors[key], key
@@ -244,6 +247,8 @@ def optimize(
     cost_options: dict[str, Any] | None = None,
     recompute_late: bool = False,
     in_place: bool = False,
+    recompute_at_peak: bool = False,
+    split_convolutions: bool = False,
     **plan_options: Any,
 ) -> RecomputeModule | BaselineModule:
     """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP, at
@@ -259,7 +264,12 @@ def optimize(
     before the later read, where that lowers the step's peak (:meth:`Plan.with_late_recompute`).
     ``in_place`` frees each value at its last use and runs each pointwise op whose input dies there in
     that input's storage, as eager PyTorch does: a lower peak, bitwise the same step
-    (:meth:`Plan.with_in_place`).
+    (:meth:`Plan.with_in_place`). ``recompute_at_peak`` also runs each recomputation right before its
+    first reader and computes values the step holds across its peak again after it, through the
+    ops that make them, while the peak falls (:meth:`Plan.with_peak_recompute`). ``split_convolutions``
+    runs each convolution's backward as two ops, the weight's gradient first, so that its input can
+    be freed or recomputed before the input's gradient is made (:func:`recompute.trace`): with
+    ``recompute_at_peak``, VGG-19's step at batch 64, 224², from 3.37 to 3.18 GiB.
 
     A method of :mod:`recompute.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.baselines.BaselineModule` instead: the model under PyTorch's own method, no
@@ -277,10 +287,12 @@ def optimize(
     check_arguments(example_inputs)
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
-    check_flag("recompute_late", recompute_late)
-    check_flag("in_place", in_place)
+    rewrites = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place,
+                "split_convolutions": split_convolutions}
+    for flag, on in rewrites.items():
+        check_flag(flag, on)
     if method in baselines.names():
-        for flag, on in (("recompute_late", recompute_late), ("in_place", in_place)):
+        for flag, on in rewrites.items():
             if on:
                 raise ValueError(f"{flag} rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")
         entry = baselines.spec(method)
@@ -291,7 +303,8 @@ def optimize(
     spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
                               cost_model=cost_model, plan_options=plan_options, cost_options=cost_options,
-                              recompute_late=recompute_late, in_place=in_place)
+                              recompute_late=recompute_late, in_place=in_place, recompute_at_peak=recompute_at_peak,
+                              split_convolutions=split_convolutions)
     wrapped.train(model.training)
     if example_inputs is not None:
         wrapped.prepare(*((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs))

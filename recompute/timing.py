@@ -207,12 +207,12 @@ def _sync(device: torch.device) -> Callable[[], None]:
 
 
 def _timed(call: OpCall, device: torch.device, repeats: int, clock: Callable[[], float],
-           flush: torch.Tensor | None, enough: float = float("inf")) -> float:
+           flush: torch.Tensor | None, enough: float = float("inf"), warm_enough: float = float("inf")) -> float:
     """Median seconds of ``call`` on fresh tensors on ``device`` after one warm-up call, over
     ``repeats`` timed calls or fewer once they add up to ``enough`` seconds; ``flush`` is written
     before every timed call (outside the timing) to evict the inputs from the core's cache. A warm-up
-    call that itself takes ``enough`` is the timing: what a warm-up spares (setting up the kernel,
-    first touching the output's pages) is a small part of so long a call, and a step's call pays it too."""
+    call that itself takes ``enough`` and ``warm_enough`` is the timing: what a warm-up spares
+    (setting up the kernel, first touching the output's pages) is a small part of so long a call."""
     args, kwargs = call.materialize(device)
     sync = _sync(device)
 
@@ -225,7 +225,7 @@ def _timed(call: OpCall, device: torch.device, repeats: int, clock: Callable[[],
 
     with torch.no_grad():
         warm = once()
-        if warm >= enough:
+        if warm >= max(enough, warm_enough):
             return warm
         times: list[float] = []
         while len(times) < repeats and sum(times) < enough:
@@ -276,13 +276,18 @@ class TimeModel:
             of a tenth of a second varies by far less than a microsecond one, and timing it three
             times was most of a paper-scale step's pricing on a CPU; a warm-up and one timed call
             of U-Net's 572² ops were still 554 of its 638 s (at eaa6513).
+        warm_enough: seconds a warm-up call must also take to be the timing. A first call pays the
+            kernel's set-up, which a training step pays once: oneDNN builds a primitive for each new
+            configuration, and VGG-19's first convolution's weight gradient alone at batch 2 (224²)
+            took 0.199 s first and 0.073 s after.
         table: every key measured so far → seconds.
         observed: the keys of ``table`` timed in a step (:meth:`observe`), not alone.
         spent: wall seconds spent measuring, and waiting for ``lock`` before it (where a run's time goes).
     """
 
     def __init__(self, device: str | torch.device = "cpu", repeats: int = 5, clock: str = "wall",
-                 flush_bytes: int = 0, lock: Any = None, enough: float = float("inf")):
+                 flush_bytes: int = 0, lock: Any = None, enough: float = float("inf"),
+                 warm_enough: float = 1.0):
         if repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {repeats}")
         if enough <= 0:
@@ -290,6 +295,7 @@ class TimeModel:
         if clock not in CLOCKS:
             raise ValueError(f"unknown clock {clock!r}; choose one of {', '.join(CLOCKS)}")
         self.device, self.repeats, self.clock, self.enough = torch.device(device), repeats, clock, enough
+        self.warm_enough = warm_enough
         self.flush = torch.zeros(flush_bytes // 4, device=self.device) if flush_bytes > 0 else None
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("TimeModel(device='cuda') needs a CUDA device; use device='cpu'")
@@ -309,7 +315,7 @@ class TimeModel:
             with self._turn(), unset_fake_temporarily():
                 try:
                     fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
-                                                               self.flush, self.enough), "timing")
+                                                               self.flush, self.enough, self.warm_enough), "timing")
                 finally:
                     _POOLS.clear()  # the values live for one measuring, not beside the steps (a GPU's memory)
 

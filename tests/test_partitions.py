@@ -195,7 +195,8 @@ def test_time_model_measures_holding_its_lock_only_when_it_measures():
 
 def test_a_key_is_timed_until_its_calls_add_up_to_enough_seconds(monkeypatch):
     """``repeats`` timed calls after a warm-up, or fewer once they add up to ``enough`` seconds; a
-    warm-up that alone takes ``enough`` is the timing (each call takes 2 ms of a made-up clock)."""
+    warm-up that alone takes ``enough`` and ``warm_enough`` is the timing (each call takes 2 ms of a
+    made-up clock)."""
     from recompute import timing
 
     now = [0.0]
@@ -206,10 +207,11 @@ def test_a_key_is_timed_until_its_calls_add_up_to_enough_seconds(monkeypatch):
         calls.append(None)
         now[0] += 0.002
 
-    for enough, made in ((float("inf"), 1 + 3), (0.003, 1 + 2), (0.002, 1)):
+    for enough, warm_enough, made in ((float("inf"), 0.002, 1 + 3), (0.003, 0.002, 1 + 2), (0.002, 0.002, 1),
+                                      (0.002, 1.0, 1 + 1)):
         calls.clear()
         now[0] = 0.0
-        tm = TimeModel(repeats=3, clock="made-up", enough=enough)
+        tm = TimeModel(repeats=3, clock="made-up", enough=enough, warm_enough=warm_enough)
         tm.measure([timing.OpCall(op, (), {})])
         assert len(calls) == made and list(tm.table.values()) == [pytest.approx(0.002)], enough
     with pytest.raises(ValueError, match="enough"):

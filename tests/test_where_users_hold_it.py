@@ -637,8 +637,9 @@ ON_CUDA = pytest.param("cuda", marks=[pytest.mark.cuda,
                                       pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
 
 
-@pytest.mark.parametrize("options", [{}, {"recompute_late": True}, {"recompute_late": True, "in_place": True}],
-                         ids=["", "late", "late, in place"])
+@pytest.mark.parametrize("options", [{}, {"recompute_late": True}, {"recompute_late": True, "in_place": True},
+                                     {"recompute_at_peak": True, "in_place": True, "split_convolutions": True}],
+                         ids=["", "late", "late, in place", "at the peak, in place, split convolutions"])
 @pytest.mark.parametrize("device", ["cpu", ON_CUDA])
 def test_a_dense_backbone_planned_in_eval_trains_as_plain_inside_a_larger_model_at_a_new_shape(device, options,
                                                                                               monkeypatch):

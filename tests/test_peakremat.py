@@ -1,0 +1,148 @@
+"""Recomputation where the peak is (``recompute.peakremat``) and split convolution backwards
+(``recompute.convsplit``): the step they make holds less, is the one that runs (simulated = measured)
+and trains as plain training does."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pytest
+import torch
+
+import recompute
+from recompute.convsplit import SPLIT_FROM
+from recompute.exactness import compare
+from recompute.inplace import in_place
+from recompute.measure import default_loss, measure
+from recompute.peakremat import computed_again, needed_splits, recompute_at_peak, sunk
+from recompute.schedule import recomputation_cost
+from recompute.simulate import simulate
+
+from .test_remat import _Bottlenecks
+
+
+class _FirstBlock(torch.nn.Module):
+    """VGG's first block and one more: two convolutions at the input's size, a max-pool, a smaller
+    convolution, a classifier. Its second convolution's backward reads the first ReLU's output, the
+    largest map of the step, beside its output's gradient."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        self.f = torch.nn.Sequential(
+            torch.nn.Conv2d(3, c, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2), torch.nn.Conv2d(c, 2 * c, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(2 * c * 8 * 8, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.f(x)
+
+
+def _placed(p: recompute.trace) -> collections.abc.Callable:
+    return lambda s: simulate(p, in_place(p, s))
+
+
+def test_the_first_block_is_recomputed_twice_where_the_split_backward_lets_the_peak_fall():
+    """With the second convolution's backward split, the pass frees the first ReLU's output before
+    that convolution's input gradient is made and computes it twice more, for the weight gradient and
+    for the ReLU's own backward: a peak no lower-set plan reaches, bitwise plain training's step, the
+    measured peak the predicted one."""
+    torch.manual_seed(0)
+    model, inputs = _FirstBlock(), (torch.randn(4, 3, 32, 32),)
+    peaks = {}
+    for split in (False, True):
+        g = recompute.trace(model, inputs, loss_fn=default_loss, split_convolutions=split)
+        p = recompute.plan(g, "approxdp", strategy="tc")
+        q = p.with_rewrites(g, recompute_at_peak=True, in_place=True)
+        assert q.peak < p.with_in_place(g).peak
+        runner = recompute.execute(g, q, model)
+        assert measure(model, inputs, runner=runner, backend="cpu").peak_bytes == q.peak
+        assert measure(model, inputs, runner=runner, backend="fake").peak_bytes == q.peak
+        assert compare(model, runner, inputs).bitwise
+        assert q.overhead == p.overhead + q.info["recomputed at the peak"] > p.overhead
+        peaks[split] = q.peak
+        copies = collections.Counter(name for name, copy in q.runs(g).steps if copy > 0)
+        if split:
+            assert copies["convolution"] == 2  # the first convolution, run three times in all
+            assert needed_splits(g.program, q.runs(g), _placed(g.program)) == {"convolution_backward_1"}
+    assert peaks[True] < peaks[False]
+
+
+@pytest.mark.parametrize("model, inputs", [(_Bottlenecks(), (torch.randn(2, 3, 16, 16),)),
+                                           (_FirstBlock(8), (torch.randn(2, 3, 32, 32),))])
+def test_the_pass_never_raises_the_peak_and_adds_at_most_its_limit(model, inputs):
+    """From every plan, judged as planned and in place: the peak never rises, the recomputation added
+    stays within ``limit`` (0: recomputations only moved to their readers), and each step still reads
+    only what an earlier step made."""
+    g = recompute.trace(model, inputs, loss_fn=default_loss)
+    p = g.program
+    for method, strategy in (("vanilla", None), ("chen", None), ("approxdp", "tc"), ("approxdp", "mc")):
+        s = recompute.plan(g, method, strategy=strategy).runs(g)
+        for judge in (None, _placed(p)):
+            before = (judge or (lambda t: simulate(p, t)))(s).peak
+            for limit in (0, 5, math.inf):
+                found = recompute_at_peak(g, s, limit=limit, simulated=judge)
+                assert (judge or (lambda t: simulate(p, t)))(found).peak <= before
+                assert recomputation_cost(g, found) - recomputation_cost(g, s) <= limit
+                made = set(p.joint.tangents) | {n.name for n in p.joint.gm.graph.nodes if n.op in ("placeholder", "get_attr")}
+                for step, reads in zip(found.steps, found.reads):
+                    assert all(r[0] in made and r[1] == 0 or r in made for r in reads), (method, step)
+                    made.add(step)
+
+
+def test_sinking_and_computing_again_keep_what_each_step_reads():
+    """A recomputation moves right before its first reader; a value computed again before a later
+    read is read as the new copy from there on, the earlier reads keep the old one."""
+    torch.manual_seed(0)
+    model, inputs = _FirstBlock(8), (torch.randn(2, 3, 32, 32),)
+    g = recompute.trace(model, inputs, loss_fn=default_loss)
+    s = recompute.plan(g, "approxdp", strategy="mc").runs(g)
+    moved = sunk(g.program, s)
+    assert sorted(moved.steps) == sorted(s.steps) and moved.steps != s.steps
+    for i, inst in enumerate(moved.steps):
+        if inst[1] > 0 and i >= moved.backward_start:
+            first = next(j for j in range(i + 1, len(moved)) if inst in moved.reads[j])
+            between = moved.steps[i + 1:first]
+            assert all(x[1] > 0 for x in between), (inst, between)  # only recomputations sunk with it
+    # the first ReLU's output, computed once more right before the second convolution's backward
+    at = next(i for i, (name, _) in enumerate(s.steps) if name == "convolution_backward_1")
+    relu = next(r for r in s.reads[at] if r[0] == "relu")
+    again = computed_again(g.program, s, relu, at)
+    assert again is not None and len(again) == len(s) + 2  # the convolution of the input, then the ReLU
+    new = again.steps[at + 1]
+    assert new[0] == "relu" and new[1] > relu[1] and new in again.reads[at + 2]
+    assert all(new not in reads for reads in again.reads[:at])
+    assert computed_again(g.program, s, relu, at, max_ops=1) is None
+
+
+def test_split_convolutions_trains_like_the_fused_op_and_names_what_it_splits():
+    """Every convolution backward that makes both gradients is split (bitwise on these shapes), or only
+    those named; the optimizer-facing door takes both options, inside a larger model."""
+    torch.manual_seed(0)
+    model, inputs = _FirstBlock(8), (torch.randn(2, 3, 32, 32),)
+    conv_backward = torch.ops.aten.convolution_backward.default
+
+    def transposed(g: recompute.Graph) -> int:
+        return sum(1 for n in g.program.joint.backward if n.target is torch.ops.aten.convolution.default)
+
+    every = recompute.trace(model, inputs, loss_fn=default_loss, split_convolutions=True)
+    assert transposed(every) == 2  # the first convolution's input (the image) needs no gradient
+    names = [n.meta[SPLIT_FROM] for n in every.program.joint.backward if SPLIT_FROM in n.meta]
+    assert all(every.program.joint.node(name).target is conv_backward for name in names)
+    one = recompute.trace(model, inputs, loss_fn=default_loss, split_convolutions=[names[-1]])
+    assert transposed(one) == 1
+    for g in (every, one):
+        assert compare(model, recompute.execute(g, recompute.plan(g, "vanilla"), model), inputs).bitwise
+    with pytest.raises(TypeError, match="split_convolutions must be True, False or a collection"):
+        recompute.trace(model, inputs, split_convolutions="convolution_backward_1")
+    outer = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), _FirstBlock(8))
+    twin = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), _FirstBlock(8))
+    twin.load_state_dict(outer.state_dict())
+    outer[1] = recompute.optimize(outer[1], method="approxdp", recompute_at_peak=True, in_place=True,
+                                  split_convolutions=True)
+    for m in (outer, twin):
+        default_loss(m(inputs[0])).backward()
+    for (name, a), b in zip(outer.named_parameters(), twin.parameters()):
+        assert torch.equal(a.grad, b.grad), name
+    with pytest.raises(ValueError, match="recompute_at_peak rewrites a plan's schedule; 'torch_sac'"):
+        recompute.optimize(model, method="torch_sac", recompute_at_peak=True)
