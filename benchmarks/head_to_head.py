@@ -452,6 +452,13 @@ def run_net(name: str, budgets: int, model_t: TimeModel, solvers: Sequence[str] 
     return points + eager_pts + executor
 
 
+# the executor's plans the peak pass starts from (one pass on DenseNet-161 takes 5-20 s; from the DP's
+# other budgets and Chen's segments it reached no lower peak, from vanilla VGG-19's least time)
+AT_PEAK = {("vanilla", ""), ("approxdp_tc", "budget min"), ("approxdp_mc", "budget min"),
+           ("approxdp_mc refined", "at its own peak")}
+SPLIT = "+split conv"  # the executor's plans on the step traced with split convolution backwards
+
+
 def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]], *, peak_only: bool = False
               ) -> list[tuple[str, str, Plan]]:
     """(method, knob, plan) for ``plans``, each also with cheap values recomputed again before late
@@ -459,10 +466,10 @@ def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]], *, pea
     eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`), both
     (``+late+in-place``, :meth:`~recompute.Plan.with_rewrites`: the late recomputations that the step
     run in place needs), and in place with the values held across its peak recomputed after it
-    (``+peak+in-place``, :meth:`~recompute.Plan.with_peak_recompute`): the executor's points, here and
-    in ``benchmarks.head_to_head_cuda``. ``peak_only``: only the last of them."""
+    (``+peak+in-place``, :meth:`~recompute.Plan.with_peak_recompute`; for the plans of :data:`AT_PEAK`):
+    the executor's points, here and in ``benchmarks.head_to_head_cuda``. ``peak_only``: only the last."""
     peak = [(f"{method}+peak+in-place", knob, p.with_rewrites(graph, recompute_at_peak=True, in_place=True))
-            for method, knob, p in plans]
+            for method, knob, p in plans if (method.removesuffix(SPLIT), knob) in AT_PEAK]
     if peak_only:
         return peak
     late = [(f"{method}+late", knob, q) for method, knob, p in plans if (q := p.with_late_recompute(graph)) is not p]
@@ -538,7 +545,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     first = recompute.plan(g, "approxdp", strategy="tc", **dp)
     # the step that recomputes nothing: plain training's ops, priced as PyTorch's eager step is
     plans = [("vanilla", "", plain), ("approxdp_tc", "budget min", first)]
-    for j in range(1, budgets):
+    for j in range(1, 1 if conv_splits else budgets):  # split: only the plans of AT_PEAK are listed
         budget = first.peak + (vanilla - first.peak) * j // budgets
         with contextlib.suppress(InfeasibleBudget):
             plans.append(("approxdp_tc", f"budget {budget / vanilla:.2f} of vanilla",
@@ -550,8 +557,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
         run = p.with_rewrites(g, recompute_late=True, in_place=True)
         return ex.seconds(probed(run)) <= bar_ratio * eager_seconds
 
-    plans += refined(g, first, mc, fast if bar_ratio and eager_seconds and not every_split else None)
-    plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
+    plans += refined(g, first, mc, fast if bar_ratio and eager_seconds and not conv_splits else None)
     if every_split:
         p = g.program
         needed = frozenset().union(*(needed_splits(p, q.runs(g), lambda s: simulate(p, in_place(p, s)))
@@ -559,7 +565,9 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
         print(f"{name}: the peaks need {len(needed)} split convolution backwards", flush=True)
         return executor_points(name, batch, size, ex, budgets, eager_seconds, bar_ratio, needed) if needed else []
     if conv_splits:
-        plans = [(f"{method}+split conv", knob, p) for method, knob, p in plans]
+        plans = [(f"{method}{SPLIT}", knob, p) for method, knob, p in plans]
+    else:
+        plans.append(("chen", "√n segments", recompute.plan(g, "chen")))
 
     def add_point(method: str, knob: str, p: Plan) -> None:
         seconds = ex.seconds(probed(p))
@@ -578,7 +586,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
             base = next(p for method, knob, p in plans if f"executor {method}+peak+in-place" == least.method
                         and knob == least.knob)
             lo, hi, best = 0, q.overhead - base.overhead, None
-            for _ in range(6):
+            for _ in range(4):
                 mid = (lo + hi) / 2
                 run = base.with_peak_recompute(g, limit=mid, then_in_place=True).with_in_place(g)
                 if ex.seconds(probed(run)) <= bar_ratio * eager_seconds:

@@ -28,8 +28,11 @@ never run again (their values are held), and neither is an op that reads a buffe
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
+
+import torch
 
 from .convsplit import SPLIT_FROM
 from .fxnodes import runs_once
@@ -39,11 +42,13 @@ from .storage import joint_table
 
 if TYPE_CHECKING:
     from .graph import Graph
+    from .joint import JointProgram
     from .trace import Program
 
 __all__ = ["sunk", "computed_again", "recompute_at_peak", "needed_splits"]
 
-_TRAINING_BATCH_NORM = "aten::_native_batch_norm_legit_functional"
+_TRAINING_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_functional.default
+_FORWARD: "weakref.WeakKeyDictionary[JointProgram, tuple[frozenset[str], frozenset[str]]]" = weakref.WeakKeyDictionary()
 
 
 def _again_allowed(p: "Program", name: str) -> bool:
@@ -51,13 +56,15 @@ def _again_allowed(p: "Program", name: str) -> bool:
     numbers, writes no input, and reads no buffer the step writes (a training-mode BatchNorm excepted:
     its outputs do not depend on the statistics it updates)."""
     joint = p.joint
+    if joint not in _FORWARD:  # the forward's ops and the written buffers' placeholders, found once
+        written = set(joint.buffer_writes.values())
+        _FORWARD[joint] = (frozenset(n.name for n in joint.forward),
+                           frozenset(name for name, fqn in joint.buffers.items() if fqn in written))
+    forward, written_buffers = _FORWARD[joint]
     node = joint.node(name)
-    if node.op != "call_function" or runs_once(node) or node.name not in p.group and node not in joint.forward:
+    if name not in forward or runs_once(node):
         return False
-    if getattr(node.target, "name", lambda: "")().startswith(_TRAINING_BATCH_NORM):
-        return True
-    written = set(joint.buffer_writes.values())
-    return not any(joint.buffers.get(a.name) in written for a in node.all_input_nodes)
+    return node.target is _TRAINING_BATCH_NORM or not any(a.name in written_buffers for a in node.all_input_nodes)
 
 
 def sunk(p: "Program", s: Schedule) -> Schedule:
