@@ -235,23 +235,29 @@ def needed_splits(p: "Program", s: Schedule, simulated: Callable[[Schedule], Sim
     """The ``convolution_backward`` nodes split in ``p``'s joint graph whose split the peak of schedule
     ``s`` needs: run fused — the input's gradient made right after the weight's, the input held until
     then — its ``simulated`` peak would rise. Trace again with ``split_convolutions=`` these names and
-    the others run as the one fused op, which is faster."""
-    joint = p.joint
+    the others run as the one fused op, which is faster. A split whose input and input gradient,
+    added to the step's memory everywhere between the two ops, stay within the peak is not simulated."""
+    joint, table = p.joint, joint_table(p.joint)
     where = {inst: i for i, inst in enumerate(s.steps)}
-    peak = simulated(s).peak
+    sim = simulated(s)
+
+    def size(name: str) -> int:
+        return sum(int(table.size[st]) for st in table.by_name[1].get(name, ()))
+
     needed = set()
     for i, (name, copy) in enumerate(s.steps):
         origin = joint.node(name).meta.get(SPLIT_FROM)
         if origin is None:
             continue
         j = where[(origin, copy)]
-        weight_reads = s.reads[j]
+        if int(sim.live[j:i + 1].max()) + size(joint.node(origin).args[1].name) + size(name) <= sim.peak:
+            continue
         order = [k for k in range(len(s)) if k != i]
         order.insert(order.index(j) + 1, i)
         reads = list(s.reads)
-        reads[i] = (*s.reads[i], *weight_reads)  # the fused op reads the input too
+        reads[i] = (*s.reads[i], *s.reads[j])  # the fused op reads the input too
         fused = replace(s, steps=[s.steps[k] for k in order], reads=[reads[k] for k in order],
                         block=[s.block[k] for k in order] if s.block else [], release={}, into={})
-        if simulated(fused).peak > peak:
+        if simulated(fused).peak > sim.peak:
             needed.add(origin)
     return frozenset(needed)
