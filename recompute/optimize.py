@@ -287,14 +287,16 @@ def optimize(
     check_arguments(example_inputs)
     check_budget(budget)
     check_cost_model(cost_model, cost_options)
-    rewrites = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place,
-                "split_convolutions": split_convolutions}
-    for flag, on in rewrites.items():
+    rewrites = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place}
+    for flag, on in {**rewrites, "split_convolutions": split_convolutions}.items():
         check_flag(flag, on)
     if method in baselines.names():
         for flag, on in rewrites.items():
             if on:
                 raise ValueError(f"{flag} rewrites a plan's schedule; {method!r} is PyTorch's own method and runs none")
+        if split_convolutions:
+            raise ValueError(f"split_convolutions splits the traced step's convolution backwards; {method!r} is "
+                             "PyTorch's own method and traces none")
         entry = baselines.spec(method)
         entry.check(strategy=strategy, budget=budget, options=plan_options)
         base = BaselineModule(model, method, plan_options)
