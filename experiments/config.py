@@ -102,6 +102,9 @@ class MethodConfig:
     planner: str = MISSING  # a registered planner or baseline: checked against the registries, not a frozen list
     strategy: Optional[Strategy] = None
     options: dict[str, Any] = field(default_factory=dict)
+    # trace the step with each convolution's backward as two ops, the weight's gradient first, so that
+    # its input can be freed or recomputed before the input's gradient is made (recompute.trace); ours only
+    split_convolutions: bool = False
     # also compute cheap values the backward reads early and much later once more before the later
     # read, where that lowers the peak (recompute.Plan.with_late_recompute); ours only, not the baselines'
     recompute_late: bool = False
@@ -113,14 +116,15 @@ class MethodConfig:
     in_place: bool = False
 
     def rewrites(self) -> list[str]:
-        """The schedule rewrites asked for (``recompute_late``, ``recompute_at_peak``, ``in_place``), in the
-        order they apply."""
+        """The options asked for that change a plan's step (``split_convolutions``, ``recompute_late``,
+        ``recompute_at_peak``, ``in_place``), in the order they apply."""
         return [flag for flag in SCHEDULE_REWRITES if getattr(self, flag)]
 
 
-# the options that rewrite a plan's schedule (recompute.Plan.with_rewrites applies them in this order) and
-# their records' method suffixes
-SCHEDULE_REWRITES = {"recompute_late": "+late", "recompute_at_peak": "+peak", "in_place": "+in-place"}
+# the options that change a plan's step (the trace's split_convolutions, then the schedule rewrites in the
+# order recompute.Plan.with_rewrites applies them) and their records' method suffixes
+SCHEDULE_REWRITES = {"split_convolutions": "+split conv", "recompute_late": "+late", "recompute_at_peak": "+peak",
+                     "in_place": "+in-place"}
 
 
 @dataclass
@@ -288,7 +292,7 @@ def _method_problems(exp: AppConfig) -> list[str]:
     an option it does not take or of the wrong type (``+method.options.<name>=...``)."""
     name, strategy = exp.method.planner, exp.method.strategy.value if exp.method.strategy is not None else None
     if name in baselines.names() and exp.method.rewrites():
-        return [f"method.{flag} ({exp.method.name}): it rewrites a plan's schedule, and {name!r} is "
+        return [f"method.{flag} ({exp.method.name}): it changes a plan's step, and {name!r} is "
                 "PyTorch's own method, which runs none; allowed: false" for flag in exp.method.rewrites()]
     if name in baselines.names():
         entry = baselines.spec(name)

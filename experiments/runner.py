@@ -137,7 +137,8 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
     """Fill the memory fields of ``rec``; returns the (vanilla, method) measurements for reuse as timings."""
     model, inputs = _timed(f"build {exp.net.name.value} b={exp.batch_size} {exp.input_size}²", _setup, exp, backend, exp.batch_size, exp.input_size)
     # traced with the loss ``measure`` applies, so that the plan's simulated peak is the measured one
-    graph = _timed("trace", recompute.trace, model, inputs, cost_model=exp.cost_model.value, loss_fn=default_loss)
+    graph = _timed("trace", recompute.trace, model, inputs, cost_model=exp.cost_model.value, loss_fn=default_loss,
+                   split_convolutions=exp.method.split_convolutions)
     rec.set_graph(graph)
     cap = int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None
 
@@ -192,7 +193,7 @@ def _time_stage(exp: AppConfig, rec: RunRecord, backend: str, batch: int, size: 
             _check_exactness(exp, rec, model, inputs, wrapped)
         return vanilla, method
     graph = _timed(f"trace for timing ({backend}, b={batch}, {size}²)", recompute.trace, model, inputs, cost_model=exp.cost_model.value,
-                   loss_fn=default_loss)
+                   loss_fn=default_loss, split_convolutions=exp.method.split_convolutions)
     # an explicit budget is for the memory-scale graph; at another size use the planner's smallest
     same_size = (batch, size) == (exp.batch_size, exp.input_size)
     plan = _plan(exp, graph, rec.budget if same_size else None)

@@ -274,7 +274,8 @@ def test_schedule_rewrites_are_method_options_of_their_own_experiments(tmp_path,
     """``method.recompute_late=true`` plans with :meth:`recompute.Plan.with_late_recompute`,
     ``method.recompute_at_peak=true`` then with :meth:`recompute.Plan.with_peak_recompute` and
     ``method.in_place=true`` then runs ops in place (:meth:`recompute.Plan.with_in_place`); the record
-    names the method ``<name>+late+peak+in-place`` under a key of its own, and off, the key is the one
+    names the method ``<name>+split conv+late+peak+in-place`` (``method.split_convolutions=true`` traces the
+    step with its convolution backwards split) under a key of its own, and off, the key is the one
     records had before the options (``test_keys_of_stored_records_are_stable``). PyTorch's methods refuse them."""
     asked = []
     for rewrite in ("with_late_recompute", "with_peak_recompute", "with_in_place"):
@@ -282,16 +283,16 @@ def test_schedule_rewrites_are_method_options_of_their_own_experiments(tmp_path,
         monkeypatch.setattr(recompute.Plan, rewrite,
                             lambda p, g, real=real, rewrite=rewrite, **kw: asked.append(rewrite) or real(p, g, **kw))
     both = _experiment(tmp_path, "net=resblock", "method=approxdp_mc", "method.recompute_late=true",
-                       "method.recompute_at_peak=true", "method.in_place=true")
+                       "method.recompute_at_peak=true", "method.in_place=true", "method.split_convolutions=true")
     plain = _experiment(tmp_path, "net=resblock", "method=approxdp_mc")
     assert config.experiment_key(both) != config.experiment_key(plain)
-    assert config.experiment_dict(plain)["method"].keys().isdisjoint({"recompute_late", "recompute_at_peak", "in_place"})
+    assert config.experiment_dict(plain)["method"].keys().isdisjoint(config.SCHEDULE_REWRITES)
     rec = runner.measure_experiment(both)
     assert rec.status == Status.ok, rec.error
-    assert rec.method == "approxdp_mc+late+peak+in-place" and rec.config["method"]["in_place"]
+    assert rec.method == "approxdp_mc+split conv+late+peak+in-place" and rec.config["method"]["in_place"]
     assert asked == ["with_late_recompute", "with_peak_recompute", "with_in_place"]
     assert rec.measured_peak_bytes == rec.predicted_total_bytes
-    for flag in ("recompute_late", "recompute_at_peak", "in_place"):
+    for flag in config.SCHEDULE_REWRITES:
         with pytest.raises(config.ConfigError, match=rf"method.{flag} \(torch_sac\).*allowed: false"):
             _experiment(tmp_path, "net=resblock", "method=torch_sac", f"method.{flag}=true")
 
