@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import math
+from typing import Callable
 
 import pytest
 import torch
@@ -16,8 +17,9 @@ from recompute.exactness import compare
 from recompute.inplace import in_place
 from recompute.measure import default_loss, measure
 from recompute.peakremat import computed_again, needed_splits, recompute_at_peak, sunk
-from recompute.schedule import recomputation_cost
-from recompute.simulate import simulate
+from recompute.schedule import Schedule, recomputation_cost
+from recompute.simulate import Simulation, simulate
+from recompute.trace import Program
 
 from .test_remat import _Bottlenecks
 
@@ -38,7 +40,8 @@ class _FirstBlock(torch.nn.Module):
         return self.f(x)
 
 
-def _placed(p: recompute.trace) -> collections.abc.Callable:
+def _placed(p: Program) -> Callable[[Schedule], Simulation]:
+    """The simulation of a schedule run in place: what the pass judges for a step run in place."""
     return lambda s: simulate(p, in_place(p, s))
 
 
