@@ -54,7 +54,7 @@ import torch.fx as fx
 import recompute
 from recompute import baselines, costs, nets
 from recompute.convsplit import split_convolution_backwards
-from recompute.inplace import in_place
+from recompute.inplace import simulated_in_place
 from recompute.graph import Graph
 from recompute.measure import default_loss
 from recompute.peakremat import needed_splits
@@ -63,7 +63,7 @@ from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_pa
 from recompute.memory_model import MemoryModel
 from recompute.plan import InfeasibleBudget, Plan, spec
 from recompute.refine import finest, refine, step_peak
-from recompute.simulate import simulate, simulate_partition
+from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic, write_section
@@ -565,7 +565,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     plans += refined(g, first, mc, fast if bar_ratio and eager_seconds and not conv_splits else None)
     if every_split:
         p = g.program
-        needed = frozenset().union(*(needed_splits(p, q.runs(g), lambda s: simulate(p, in_place(p, s)))
+        needed = frozenset().union(*(needed_splits(p, q.runs(g), simulated_in_place(p))
                                      for _, _, q in rewritten(g, plans, peak_only=True)))
         print(f"{name}: the peaks need {len(needed)} split convolution backwards", flush=True)
         return executor_points(name, batch, size, ex, budgets, eager_seconds, bar_ratio, needed) if needed else []

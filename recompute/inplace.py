@@ -30,19 +30,19 @@ predicted peak stays the measured one.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.fx as fx
 
 from .fxnodes import is_random, out_overload
 from .schedule import Instance, Schedule
-from .simulate import lifetimes
+from .simulate import Simulation, lifetimes, simulate
 
 if TYPE_CHECKING:
     from .trace import Program
 
-__all__ = ["in_place"]
+__all__ = ["in_place", "simulated_in_place"]
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -88,3 +88,9 @@ def in_place(p: "Program", s: Schedule) -> Schedule:
                 last[held[0]] = max(last[held[0]], life.last.get(st, step))
             break
     return replace(s, into=into) if into else s
+
+
+def simulated_in_place(p: "Program") -> Callable[[Schedule], Simulation]:
+    """The simulation of a schedule of ``p`` as it runs in place (:func:`in_place`): what a rewrite of a
+    step that will run in place judges its peaks by."""
+    return lambda s: simulate(p, in_place(p, s))

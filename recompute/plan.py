@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import baselines, lowerset, peakremat
 from .blockcost import BlockCosts
 from .graph import Graph
-from .inplace import in_place
+from .inplace import in_place, simulated_in_place
 from .memory_model import PLANNING, MemoryModel
 from .remat import late_where_needed
 from .schedule import Schedule, canonical, recomputation_cost
@@ -179,7 +179,7 @@ class Plan:
         if graph.program is None:
             raise ValueError("recomputing at the peak rewrites the step's schedule: plan a traced graph (recompute.trace)")
         p, runs = graph.program, self.runs(graph)
-        judge = (lambda s: simulate(p, in_place(p, s))) if then_in_place else None
+        judge = simulated_in_place(p) if then_in_place else None
         found = peakremat.recompute_at_peak(graph, runs, limit=limit, simulated=judge)
         added = recomputation_cost(graph, found) - recomputation_cost(graph, runs)
         return replace(self, schedule=found, peak=simulate(p, found).peak, overhead=self.overhead + added,

@@ -43,7 +43,7 @@ import torch
 import torch.fx as fx
 
 from .fxnodes import runs_once
-from .inplace import in_place
+from .inplace import simulated_in_place
 from .schedule import Instance, Schedule
 from .simulate import Simulation, simulate
 from .storage import joint_table
@@ -354,9 +354,7 @@ def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8, written_in_pl
     if not written_in_place:
         return as_planned
 
-    def placed(schedule: Schedule) -> Simulation:
-        return simulate(p, in_place(p, schedule))
-
+    placed = simulated_in_place(p)
     found = [s, _fewest_late(p, s, min_gap, placed), as_planned]
     return min(found, key=lambda x: (placed(x).peak, len(x)))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Callable
 
 import pytest
 import torch
@@ -14,12 +13,11 @@ import torch
 import recompute
 from recompute.convsplit import SPLIT_FROM
 from recompute.exactness import compare
-from recompute.inplace import in_place
+from recompute.inplace import simulated_in_place
 from recompute.measure import default_loss, measure
 from recompute.peakremat import computed_again, needed_splits, recompute_at_peak, sunk
-from recompute.schedule import Schedule, recomputation_cost
-from recompute.simulate import Simulation, simulate
-from recompute.trace import Program
+from recompute.schedule import recomputation_cost
+from recompute.simulate import simulate
 
 from .test_remat import _Bottlenecks
 
@@ -38,11 +36,6 @@ class _FirstBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.f(x)
-
-
-def _placed(p: Program) -> Callable[[Schedule], Simulation]:
-    """The simulation of a schedule run in place: what the pass judges for a step run in place."""
-    return lambda s: simulate(p, in_place(p, s))
 
 
 def test_the_first_block_is_recomputed_twice_where_the_split_backward_lets_the_peak_fall():
@@ -67,7 +60,7 @@ def test_the_first_block_is_recomputed_twice_where_the_split_backward_lets_the_p
         copies = collections.Counter(name for name, copy in q.runs(g).steps if copy > 0)
         if split:
             assert copies["convolution"] == 2  # the first convolution, run three times in all
-            assert needed_splits(g.program, q.runs(g), _placed(g.program)) == {"convolution_backward_1"}
+            assert needed_splits(g.program, q.runs(g), simulated_in_place(g.program)) == {"convolution_backward_1"}
     assert peaks[True] < peaks[False]
 
 
@@ -81,7 +74,7 @@ def test_the_pass_never_raises_the_peak_and_adds_at_most_its_limit(model, inputs
     p = g.program
     for method, strategy in (("vanilla", None), ("chen", None), ("approxdp", "tc"), ("approxdp", "mc")):
         s = recompute.plan(g, method, strategy=strategy).runs(g)
-        for judge in (None, _placed(p)):
+        for judge in (None, simulated_in_place(p)):
             before = (judge or (lambda t: simulate(p, t)))(s).peak
             for limit in (0, 5, math.inf):
                 found = recompute_at_peak(g, s, limit=limit, simulated=judge)
