@@ -136,7 +136,8 @@ class Backend:
         _deduplicate(joint_module, num_fwd_outputs)
         joint = _joint_program(joint_module, num_fwd_outputs, set(static_lifetime_input_indices or ()))
         # inductor's compiled modules do not allocate the workspaces the ops take run one by one
-        g = graph_of(joint, cost_model=self.cost_model, workspaces=self.runtime == "eager", **self.cost_options)
+        g = graph_of(joint, cost_model=self.cost_model, workspaces=("cuda", "cpu") if self.runtime == "eager" else (),
+                     **self.cost_options)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
         part = partition_of(g, p, num_fwd_outputs, self.remat, self.split_convolutions)
         self.partitions.append(part)

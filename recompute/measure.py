@@ -2,12 +2,14 @@
 
 * ``cuda`` — ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, synchronised
   wall time; what the caching allocator really hands out.
-* ``cpu`` — real execution; the peak of live tensor-storage bytes is tracked by a
+* ``cpu`` — real execution; the peak is the CPU allocator's (:class:`~recompute.allocator.AllocatorMeter`:
+  the profiler's memory events, which see what ops allocate inside themselves and what code inductor
+  compiled allocates). The peak of live tensor storages is also tracked (``storage_peak_bytes``), by a
   ``TorchDispatchMode`` that registers every storage an op creates and releases it when the storage
-  dies (``weakref.finalize``), so it does not depend on any allocator. Wall time per iteration, of
-  steps run without that mode; the peak comes from one more step under it.
-* ``fake`` — the same step under ``FakeTensorMode``: the same allocation-level peak at paper scale
-  in seconds, with no arithmetic (and no time figure).
+  dies, so that it does not depend on any allocator. Wall time per iteration, of steps run without
+  either meter; each peak comes from one more step under its meter.
+* ``fake`` — the same step under ``FakeTensorMode``: the storage peak at paper scale in seconds, with
+  no arithmetic (and no time figure, and no op's internal scratch: no kernel runs).
 
 The peak counts what the step allocates (activations, gradients, temporaries); parameters and the
 inputs exist before the step and are reported apart (``param_bytes``). The ``cpu`` and ``fake`` meters
@@ -27,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .allocator import AllocatorMeter
 from .execute import module_state
 
 __all__ = ["Measurement", "MemoryMeter", "measure", "BACKENDS", "default_loss"]
@@ -41,7 +44,10 @@ class Measurement:
     Attributes:
         backend: ``cuda``, ``cpu`` or ``fake``.
         peak_bytes: peak bytes allocated by the step above what existed before it (activations,
-            gradients and temporaries).
+            gradients and temporaries): the allocator's on ``cuda`` and ``cpu`` (ops' internal
+            workspaces included), the storages' on ``fake``.
+        storage_peak_bytes: the peak of live tensor storages (``cpu``, ``fake``; what the simulator
+            prices without workspaces), ``None`` on ``cuda``.
         param_bytes: bytes of the parameters and buffers (add them for a total like the paper's).
         grad_bytes: bytes of the parameter gradients at the end of the step.
         activation_peak_bytes: the peak had the storages that end the step as parameter gradients never
@@ -58,6 +64,7 @@ class Measurement:
     param_bytes: int
     grad_bytes: int
     activation_peak_bytes: int | None = None
+    storage_peak_bytes: int | None = None
     seconds: float | None = None
     times: list[float] = field(default_factory=list)
     predicted_peak: int | None = None
@@ -275,7 +282,8 @@ def measure(
                 one_step(state, xs)
                 drop(state)
             meter, activations, grad_bytes = metered_step(state, xs)
-        return Measurement("fake", meter.peak, param_bytes, grad_bytes, activations, predicted_peak=predicted_peak)
+        return Measurement("fake", meter.peak, param_bytes, grad_bytes, activations, meter.peak,
+                           predicted_peak=predicted_peak)
 
     cuda = backend == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -283,7 +291,7 @@ def measure(
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times: list[float] = []
     peak = grad_bytes = 0
-    activation_peak: int | None = None
+    activation_peak = storage_peak = None
     for it in range(warmup + iterations):
         if cuda:
             sync()
@@ -301,12 +309,16 @@ def measure(
             if cuda:
                 peak = max(peak, torch.cuda.max_memory_allocated() - base)
     if not cuda:
-        # The meter sends every op through Python dispatch, a cost that grows with the op count (not
-        # with the arithmetic): its step is one more, kept out of the timings. CPU memory is the same
-        # every step.
+        # Both meters cost time (the profiler's records, the storage meter's Python dispatch of every
+        # op): their steps are two more, kept out of the timings. CPU memory is the same every step.
+        with AllocatorMeter("cpu") as allocator:
+            grads = one_step(params, inputs)
+        del grads
+        drop(params)
+        peak = allocator.peak
         meter, activation_peak, grad_bytes = metered_step(params, inputs)
-        peak = meter.peak
+        storage_peak = meter.peak
     return Measurement(
-        backend, peak, param_bytes, grad_bytes, activation_peak, seconds=statistics.median(times), times=times,
-        predicted_peak=predicted_peak,
+        backend, peak, param_bytes, grad_bytes, activation_peak, storage_peak, seconds=statistics.median(times),
+        times=times, predicted_peak=predicted_peak,
     )

@@ -38,7 +38,7 @@ from .convsplit import SPLIT_FROM, split_convolution_backwards
 from .fxnodes import is_random, output_tensors
 from .joint import JointProgram, StepError, trace_step
 from .graph import Graph
-from .validate import check_cost_model, check_inputs, check_model
+from .validate import check_cost_model, check_flag, check_inputs, check_model
 from .workspace import step_workspace
 
 __all__ = ["trace", "graph_of", "TraceError", "HookWarning", "Program"]
@@ -63,10 +63,13 @@ class Program:
             computations on parameters and buffers alone, and views of the inputs.
         loss: whether the traced step ends in a loss (``trace(..., loss_fn=...)``).
         workspace: joint fx node name → the bytes its op allocates and frees inside itself on the
-            device (:mod:`recompute.workspace`; measured where the step runs on a CUDA device, empty
-            elsewhere). The simulator adds them at the op's step.
+            device (:mod:`recompute.workspace`; measured where the step runs on real tensors of a CUDA
+            device or the CPU, empty on FakeTensors of the CPU). The simulator adds them at the op's step.
         op_seconds: forward fx node name → its op's seconds, where the ``measured`` cost model priced
             the graph (empty otherwise): what :mod:`recompute.remat` then prices a recomputation by.
+        time_model: the :class:`~recompute.timing.TimeModel` (or extrapolation) that priced it, where
+            the ``measured`` cost model did (None otherwise): the seconds of any schedule's ops
+            (:func:`recompute.steptime.step_time`).
     """
 
     joint: JointProgram
@@ -78,6 +81,7 @@ class Program:
     trace_seconds: float = 0.0
     workspace: dict[str, int] = field(default_factory=dict)
     op_seconds: dict[str, float] = field(default_factory=dict)
+    time_model: Any = None
 
     @property
     def gm(self) -> fx.GraphModule:
@@ -202,6 +206,7 @@ def trace(
     cost_model: str = "paper",
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     split_convolutions: bool | Collection[str] = False,
+    workspaces: bool = True,
     **cost_options: Any,
 ) -> Graph:
     """Trace the training step of ``model`` at ``example_inputs`` into a :class:`Graph`.
@@ -217,11 +222,15 @@ def trace(
     so that a schedule can free the input, or recompute it later, in between: the same values on the
     CPU (within float32 rounding on a few shapes), up to 1.24× the fused op's time on large maps. A
     collection of ``convolution_backward`` node names splits only those
-    (:func:`recompute.peakremat.needed_splits`: the ones a schedule's peak needs).
+    (:func:`recompute.peakremat.needed_splits`: the ones a schedule's peak needs). ``workspaces``:
+    measure what each op allocates and frees inside itself (:mod:`recompute.workspace`), which the
+    simulator then counts, where the step's tensors are real (a CUDA device's, the CPU's; not
+    FakeTensors on the CPU); ``False``: tensor storages only, what the ``fake`` backend meters.
     """
     check_model(model)
     check_inputs(example_inputs)
     check_cost_model(cost_model, cost_options)
+    check_flag("workspaces", workspaces)
     if isinstance(split_convolutions, (str, bytes)) or not isinstance(split_convolutions, (bool, Collection)):
         raise TypeError(f"split_convolutions must be True, False or a collection of convolution_backward node names, "
                         f"got {split_convolutions!r}")
@@ -267,7 +276,10 @@ def trace(
         joint = _export(model, args, loss_fn)
     if split_convolutions:
         _split_convolutions(joint, None if split_convolutions is True else set(split_convolutions))
-    g = graph_of(joint, loss=loss_fn is not None, cost_model=cost_model, **cost_options)
+    # the CPU's workspaces are measured by running the ops: not at a FakeTensor trace's paper scale
+    fake = any(isinstance(t, FakeTensor) or t.device.type == "meta" for t in (*args, *model.parameters()))
+    on = (() if not workspaces else ("cuda",) if fake else ("cuda", "cpu"))
+    g = graph_of(joint, loss=loss_fn is not None, cost_model=cost_model, workspaces=on, **cost_options)
     g.program.trace_seconds = _time.perf_counter() - start
     return g
 
@@ -287,17 +299,17 @@ def _split_convolutions(joint: JointProgram, only: set[str] | None) -> None:
     joint.__post_init__()
 
 
-def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "paper", workspaces: bool = True,
-             **cost_options: Any) -> Graph:
+def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "paper",
+             workspaces: Collection[str] = ("cuda", "cpu"), **cost_options: Any) -> Graph:
     """G = (V, E) with costs of a joint graph: its forward half condensed into V (see the module
     docstring). :func:`trace` builds it from ``aot_export_module``'s joint graph; the
     ``torch.compile`` backend (:mod:`recompute.dynamo`) from the one AOTAutograd partitions.
-    ``workspaces``: measure what each op allocates inside itself on a CUDA device
+    ``workspaces``: the device types on which to measure what each op allocates inside itself
     (:mod:`recompute.workspace`), as the ops run one by one (eager, our executor); inductor's compiled
     modules do not pay those (measured on an H200: a VGG-19 partition that holds 5.86 GiB op by op,
     2.6 GiB of it a convolution's workspace, holds 3.46 GiB compiled)."""
     program = _condense(joint, loss=loss)
-    program.workspace = step_workspace(joint.gm) if workspaces else {}
+    program.workspace = step_workspace(joint.gm, workspaces)
     preds, mem, names, ops = _graph_lists(program)
     outputs = tuple(sorted({program.group[n.name] for n in program.user_outputs if n.name in program.group}))
     time = costs.cost(cost_model, program, **cost_options)

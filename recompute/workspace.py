@@ -1,17 +1,21 @@
 """Workspaces: the bytes an op allocates and frees inside itself, measured on the device.
 
-The simulator (:mod:`recompute.simulate`) counts tensor storages. On a CUDA device the caching
-allocator also hands out what a kernel needs only while it runs — cuDNN's convolution workspaces,
-the accumulation buffers of some backward kernels — and at the paper's sizes these reach 1.9 GiB on
-one op (docs/benchmarks.md, "On a CUDA GPU"). A plan that ignores them exceeds its budget on the GPU.
+The simulator (:mod:`recompute.simulate`) counts tensor storages. The allocator also hands out what
+a kernel needs only while it runs. On a CUDA device: cuDNN's convolution workspaces, the
+accumulation buffers of some backward kernels, at the paper's sizes up to 1.9 GiB on one op
+(docs/benchmarks.md, "On a CUDA GPU"). On the CPU: oneDNN's reorders and scratch inside
+convolutions (a 3×3 convolution's backward allocates twice its output besides it), the temporaries
+of composite kernels. A plan that ignores them exceeds its budget; on the CPU our executor's steps that
+recompute measured 8-12% above their simulated peak without them, and equal with them.
 
 Like :class:`recompute.timing.TimeModel` for seconds, :class:`Workspace` is a table
 :class:`~recompute.timing.OpKey` → bytes, each key measured once on real tensors of its layout: after
 a warm-up call (cuDNN's handles and plans, cuBLAS's workspace are made once and kept), the op's
 *transient* is the allocator's peak during a second call above the larger of what was allocated
-before and after it. :func:`recompute.trace` attaches the transients of a step traced on a CUDA device
-to its program (``Program.workspace``), and the simulator adds each op's transient to the live bytes
-at its step, so every planner, budget and report that prices with the simulator sees them.
+before and after it (:mod:`recompute.allocator`). :func:`recompute.trace` attaches the transients of
+a step traced on real tensors (CUDA, or the CPU; not FakeTensors) to its program
+(``Program.workspace``), and the simulator adds each op's transient to the live bytes at its step, so
+every planner, budget and report that prices with the simulator sees them.
 
 The algorithms cuDNN picks, and so its workspaces, depend on ``torch.backends.cudnn.benchmark``
 (autotuning may choose others per call) and on the cuDNN version; measure with the settings training
@@ -20,19 +24,20 @@ will run under.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Callable, Collection, Iterable
 
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .allocator import transients
 from .timing import OpCall, OpKey, fill, node_call
 
-__all__ = ["Workspace", "step_workspace", "runs_on_cuda"]
+__all__ = ["Workspace", "step_workspace", "runs_on"]
 
 
 class Workspace:
-    """Transient bytes per :class:`~recompute.timing.OpKey`, measured on a CUDA ``device``.
+    """Transient bytes per :class:`~recompute.timing.OpKey`, measured on a CUDA or CPU ``device``.
 
     Attributes:
         device: where the ops run.
@@ -41,16 +46,39 @@ class Workspace:
 
     def __init__(self, device: str | torch.device = "cuda"):
         self.device = torch.device(device)
-        if self.device.type != "cuda":
-            raise ValueError(f"Workspace measures the CUDA caching allocator; got device {self.device}. On the CPU "
-                             "an op's internal buffers are not the allocator's to see, and the simulator counts none")
-        if not torch.cuda.is_available():
+        if self.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"Workspace measures the CUDA or the CPU allocator; got device {self.device}")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("Workspace(device='cuda') needs a CUDA device")
         self.table: dict[OpKey, int] = {}
 
     def measure(self, calls: Iterable[OpCall]) -> None:
         """Measure every key of ``calls`` not measured yet."""
-        fill(self.table, calls, self._transient, "measuring the workspace of")
+        if self.device.type == "cpu":
+            self._measure_cpu(calls)
+        else:
+            fill(self.table, calls, self._transient, "measuring the workspace of")
+
+    def _measure_cpu(self, calls: Iterable[OpCall]) -> None:
+        """All new keys in one profile (:func:`recompute.allocator.transients`): a profile per call
+        cost more than the calls at small sizes."""
+        missing = list({c.key: c for c in calls if c.key not in self.table}.values())
+        if not missing:
+            return
+
+        def thunk(call: OpCall) -> Callable[[], Callable[[], Any]]:
+            def made() -> Callable[[], Any]:
+                args, kwargs = call.materialize(self.device)
+                return lambda: call.target(*args, **kwargs)
+            return made
+
+        # real tensors even under AOTAutograd's FakeTensorMode; on a fork of the generators (dropout)
+        with unset_fake_temporarily(), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            try:
+                found = transients([thunk(c) for c in missing])
+            except Exception as e:
+                raise RuntimeError(f"measuring the workspaces of {len(missing)} ops on the CPU failed: {e}") from e
+        self.table.update({c.key: b for c, b in zip(missing, found)})
 
     def _transient(self, call: OpCall) -> int:
         # real tensors even where a compile backend asks under AOTAutograd's FakeTensorMode
@@ -73,19 +101,18 @@ class Workspace:
         return {name: b for name, c in calls.items() if (b := self.table[c.key]) > 0}
 
 
-def runs_on_cuda(gm: fx.GraphModule) -> torch.device | None:
-    """The CUDA device the graph's placeholders live on (``meta['val']``), or ``None``."""
-    for x in gm.graph.nodes:
-        val = x.meta.get("val")
-        if x.op == "placeholder" and isinstance(val, torch.Tensor) and val.device.type == "cuda":
-            return val.device
-    return None
+def runs_on(gm: fx.GraphModule) -> torch.device | None:
+    """The device the graph's placeholders live on (``meta['val']``; a CUDA one where any is), or ``None``."""
+    devices = [val.device for x in gm.graph.nodes if x.op == "placeholder" and isinstance(val := x.meta.get("val"), torch.Tensor)]
+    return next((d for d in devices if d.type == "cuda"), devices[0] if devices else None)
 
 
-def step_workspace(gm: fx.GraphModule) -> dict[str, int]:
-    """The transients of a step's ops where it runs on a CUDA device that is present; ``{}`` elsewhere
-    (the CPU, FakeTensors of a CUDA device on a machine without one)."""
-    device = runs_on_cuda(gm)
-    if device is None or not torch.cuda.is_available():
+def step_workspace(gm: fx.GraphModule, on: Collection[str] = ("cuda", "cpu")) -> dict[str, int]:
+    """The transients of a step's ops where it runs on a device whose type is in ``on`` and that is
+    present; ``{}`` elsewhere (FakeTensors of a CUDA device on a machine without one, the meta device).
+    :func:`recompute.trace` leaves the CPU out of ``on`` for a trace on FakeTensors: the ``fake``
+    backend meters such a paper-scale step without them, and measuring them means running its ops."""
+    device = runs_on(gm)
+    if device is None or device.type not in on or (device.type == "cuda" and not torch.cuda.is_available()):
         return {}
     return Workspace(device).of_nodes(gm.graph.nodes)

@@ -29,7 +29,7 @@ def _traced(name: str, build: dict):
     model, inputs = model.double(), tuple(x.double() for x in inputs)
     plain = copy.deepcopy(model)
     ref = train_step(plain, plain, inputs, 0)
-    return model, inputs, ref, recompute.trace(model, inputs, loss_fn=default_loss)
+    return model, inputs, ref, recompute.trace(model, inputs, loss_fn=default_loss, workspaces=False)
 
 
 @pytest.mark.parametrize("method, name, build", CASES)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import recompute
 from recompute import nets
+from recompute.fxnodes import is_random
 from recompute.measure import default_loss, measure
 from recompute.schedule import canonical
 from recompute.simulate import simulate
@@ -20,8 +21,12 @@ from .models import RandomDAGNet
 from .test_execute import random_sequence
 
 
-def measured(model: torch.nn.Module, inputs: tuple, graph: recompute.Graph, plan: recompute.Plan) -> int:
-    return measure(model, inputs, runner=recompute.execute(graph, plan, model), backend="fake").peak_bytes
+def measured(model: torch.nn.Module, inputs: tuple, graph: recompute.Graph, plan: recompute.Plan,
+             backend: str = "fake") -> int:
+    """The step's peak: its tensor storages (``fake``, for a graph traced without workspaces), or the
+    CPU allocator's (``cpu``: the storages and what ops allocate inside themselves)."""
+    return measure(model, inputs, runner=recompute.execute(graph, plan, model), backend=backend,
+                   iterations=1, warmup=1).peak_bytes
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -30,7 +35,7 @@ def test_simulated_equals_measured_on_random_models(seed):
     # traced with its loss: without, the caller's loss (its scalar and autograd's seed) is outside the step
     model = RandomDAGNet(seed)
     x = torch.randn(2, 4, 6, 6)
-    graph = recompute.trace(model, (x,), loss_fn=default_loss)
+    graph = recompute.trace(model, (x,), loss_fn=default_loss, workspaces=False)
     rng = random.Random(seed)
     vanilla = recompute.plan(graph, "vanilla")
     assert vanilla.peak == measured(model, (x,), graph, vanilla)
@@ -47,14 +52,26 @@ def test_simulated_equals_measured_on_random_models(seed):
 ])  # the slow ones at paper scale: python -m benchmarks.simulator (GoogLeNet's concatenations: U-Net's here; ResNet-50's
 # residual additions and BatchNorm: the random models' and resblock's here)
 def test_simulated_equals_measured_on_the_zoo(name):
+    """The CPU allocator's peak of the real step, what its ops allocate inside themselves included
+    (traced on real tensors, the simulator counts those: recompute.workspace)."""
     model, inputs = nets.build(name, batch_size=2, input_size=64 if name in ("unet", "pspnet") else 32)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
+    assert graph.program.workspace
     for method, strategy in (("vanilla", None), ("chen", None), ("approxdp", "mc")):
         p = recompute.plan(graph, method, strategy=strategy)
         assert p.memory_model == "simulator"
-        assert p.peak == measured(model, inputs, graph, p), method
+        assert 0 <= measured(model, inputs, graph, p, "cpu") - p.peak <= _generator_states(graph, p), method
         written = p.with_in_place(graph)
-        assert written.peak < p.peak and written.peak == measured(model, inputs, graph, written), method
+        assert written.peak <= p.peak, method
+        assert 0 <= measured(model, inputs, graph, written, "cpu") - written.peak <= _generator_states(graph, written), method
+
+
+def _generator_states(graph: recompute.Graph, p: recompute.Plan) -> int:
+    """Bytes of the CPU generator states the executor keeps for the random ops it recomputes (VGG's
+    dropout: recompute.execute replays each one's mask), which the simulator does not count."""
+    joint = graph.program.joint
+    again = {name for name, copy in p.runs(graph).steps if copy > 0 and is_random(joint.node(name))}
+    return len(again) * torch.get_rng_state().numel()
 
 
 def test_a_budget_bounds_the_measured_peak():

@@ -36,7 +36,7 @@ def _with_workspaces(graph: recompute.Graph, rng: random.Random, share: float = 
 def test_the_simulator_adds_an_ops_workspace_at_its_step_alone():
     model, inputs = nets.build("resblock")
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
-    assert graph.program.workspace == {}  # traced on the CPU: no workspace is the allocator's to see
+    graph.program.workspace = {}  # the ones measured on this CPU aside
     schedule = canonical(graph, [graph.nodes])
     plain = simulate(graph.program, schedule)
     for step in (0, plain.peak_step, len(schedule.steps) - 1):
@@ -98,9 +98,31 @@ def test_every_planner_reports_the_peak_with_workspaces():
             assert p.peak <= budget
 
 
-def test_workspaces_are_measured_on_cuda_only():
-    with pytest.raises(ValueError, match="CUDA caching allocator"):
-        Workspace("cpu")
+def test_workspaces_are_measured_on_the_cpu_and_cuda_only():
+    with pytest.raises(ValueError, match="CUDA or the CPU allocator"):
+        Workspace("meta")
+
+
+def test_a_cpu_convolution_backward_takes_a_workspace_and_a_view_none():
+    """oneDNN's convolutions reorder their operands into scratch the allocator hands out; a view
+    allocates nothing. Measured once per layout, in one profile (recompute.allocator.transients)."""
+    from recompute.timing import OpCall, TensorSpec
+
+    x, w = TensorSpec((8, 64, 28, 28), (50176, 784, 28, 1), torch.float32, "cpu"), TensorSpec((64, 64, 3, 3), (576, 9, 3, 1), torch.float32, "cpu")
+    aten = torch.ops.aten
+    conv_backward = OpCall(aten.convolution_backward.default,
+                           (x, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]), {})
+    view = OpCall(aten.view.default, (x, [8, -1]), {})
+    ws = Workspace("cpu")
+    ws.measure([conv_backward, view, conv_backward])
+    assert ws.table[conv_backward.key] > 0 and ws.table[view.key] == 0 and len(ws.table) == 2
+
+
+def test_a_trace_on_real_cpu_tensors_measures_workspaces_and_one_on_fake_tensors_none():
+    model, inputs = nets.build("resblock")
+    assert recompute.trace(model, inputs).program.workspace
+    model, inputs = nets.build("resblock", fake_inputs=True)
+    assert recompute.trace(model, inputs).program.workspace == {}
 
 
 @pytest.mark.cuda
@@ -131,8 +153,8 @@ def test_the_backend_counts_workspaces_on_the_eager_runtime_only(monkeypatch):
 
     from recompute.partitions import capture, our_partition
 
-    def every_op(gm):
-        return {x.name: 2**20 for x in gm.graph.nodes if x.op == "call_function"}
+    def every_op(gm, on):
+        return {x.name: 2**20 for x in gm.graph.nodes if x.op == "call_function"} if on else {}
 
     monkeypatch.setattr(importlib.import_module("recompute.trace"), "step_workspace", every_op)
     model, inputs = nets.build("resblock", batch_size=2, input_size=8, seed=0)
