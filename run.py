@@ -8,6 +8,8 @@ results store could not take (kept elsewhere, and the message says where).
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
@@ -28,8 +30,8 @@ class NotStored(CompactHydraException):
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    exp = config.to_experiment(cfg)
     hc = HydraConfig.get()
+    exp = config.to_experiment(cfg, hc.overrides.task)
     multirun = hc.mode == RunMode.MULTIRUN
     job = f"{exp.net.name.value}-{exp.method.name}-b{exp.batch_size}"
     try:
@@ -47,4 +49,9 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    try:
+        config.check_command_line(sys.argv[1:])  # before Hydra, whose parser would refuse them with its lexer's words
+    except config.ConfigError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
     main()

@@ -84,6 +84,12 @@ def set_aside(results_dir: str | Path, key: str) -> Path:
 def check_writable(results_dir: str | Path) -> Path:
     """Create ``results_dir`` if needed and prove a record can be written there, before any run."""
     path = Path(results_dir)
+    # a file where the store or a folder above it belongs: no permission fixes that
+    file = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        where = "is a file" if file == path else f"is inside {file}, which is a file"
+        raise StoreError(f"results_dir={results_dir} {where}, not a directory; choose a directory (one that does not "
+                         "exist yet is made), e.g. results_dir=$PWD/results")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
