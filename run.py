@@ -24,10 +24,6 @@ class RunFailed(CompactHydraException):
     """A run ended with ``status=error``: a failure of the code, stored, and reported by the exit status."""
 
 
-class NotStored(CompactHydraException):
-    """The results store could not take the record (the message says where it is kept instead)."""
-
-
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
@@ -42,7 +38,7 @@ def main(cfg: DictConfig) -> None:
             wandb_config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         )
     except results.StoreError as e:
-        raise NotStored(str(e)) from e
+        raise results.NotStored(str(e)) from e
     print(runner.summary(record) if ran else f"skipped {job}: record {record.key} exists (status={record.status})")
     if record.status == Status.error:
         raise RunFailed(f"{job} failed with status=error (record {record.key} stored): {record.error}")

@@ -23,16 +23,23 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 import pandas as pd
+from hydra.errors import CompactHydraException
 
 from . import record
 from .record import FIELDS, NUMERIC_FIELDS, RecordError, RecordWarning, RunRecord
 
-__all__ = ["record_path", "unsaved_dir", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
+__all__ = ["record_path", "unsaved_dir", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError",
+           "NotStored"]
 
 
 class StoreError(OSError):
     """The results store cannot be used (``results_dir`` is not writable, or a write to it failed); says
     what to do, and where a record that could not be written is kept."""
+
+
+class NotStored(CompactHydraException):
+    """A run's record the store could not take, as ``run.py`` reports it: the message alone (no stack
+    trace), saying where the record is kept instead; a sweep names every one (``hydra_plugins.recompute_sweeper``)."""
 
 
 def record_path(results_dir: str | Path, key: str) -> Path:

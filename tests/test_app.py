@@ -257,18 +257,21 @@ def test_launcher_presets_compose():
     assert slurm._target_.endswith("SlurmLauncher")
     assert (slurm.partition, slurm.gpus_per_node) == ("gpu", 1)
     assert slurm.timeout_min > 0 and slurm.mem_gb > 0 and len(slurm.setup) > 0
-    local = _compose(["hydra/launcher=local"], hydra_cfg=True).hydra.launcher
-    assert local._target_.endswith("JoblibLauncher") and local.n_jobs == 2
+    local = _compose(["hydra/launcher=local"], hydra_cfg=True).hydra
+    assert local.launcher._target_.endswith("JoblibLauncher") and local.launcher.n_jobs == 2
+    assert local.sweeper._target_ == "hydra_plugins.recompute_sweeper.Sweeper"  # the app's checks, on every launcher
 
 
-def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):
+@pytest.mark.parametrize("launcher", ["slurm", "submitit_slurm"])  # the app's preset, and submitit's own name
+def test_slurm_without_slurm_is_refused_before_submitting(tmp_path, launcher):
     # PATH without sbatch/srun, as on a laptop
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
                            if not any(Path(d, tool).exists() for tool in ("sbatch", "srun")))
-    out = run_py("-m", "hydra/launcher=slurm", "net=chain", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}",
-                 f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"PATH": path, "WANDB_MODE": "disabled"})
+    out = run_py("-m", f"hydra/launcher={launcher}", "net=chain", "method=chen", "logger=none",
+                 f"results_dir={tmp_path / 'results'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                 env={"PATH": path, "WANDB_MODE": "disabled"})
     assert out.returncode == 1
-    assert "hydra/launcher=slurm" in out.stderr and "sbatch and srun are not on PATH" in out.stderr, out.stderr
+    assert f"hydra/launcher={launcher} submits" in out.stderr and "sbatch and srun are not on PATH" in out.stderr, out.stderr
     assert "hydra/launcher=local" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not list(tmp_path.glob("sweep/.submitit")) and not (tmp_path / "results").exists()  # nothing submitted or run
 
