@@ -36,7 +36,8 @@ from .results import StoreError, check_writable
 __all__ = [
     "Device", "TimeBackend", "CostModel", "MemoryModel", "Strategy", "WandbMode", "NetName",
     "NetConfig", "MethodConfig", "LoggerConfig", "TimingConfig", "AppConfig",
-    "register_configs", "to_experiment", "check_command_line", "plan_options", "is_baseline", "uses_memory_model", "ConfigError", "experiment_dict", "experiment_key", "GIB",
+    "register_configs", "to_experiment", "check_command_line", "plan_options", "is_baseline", "uses_memory_model",
+    "ConfigError", "experiment_dict", "experiment_key", "GIB",
 ]
 
 GIB = 2**30  # budget_gb and device_memory_gb are in GiB
@@ -213,13 +214,13 @@ def check_command_line(args: Sequence[str]) -> None:
     """:class:`ConfigError` for an override Hydra's parser would refuse only with its lexer's words
     (``LexerNoViableAltException``): a value with non-ASCII characters, which it takes only quoted.
     Called before Hydra parses the command line; every other override is left to Hydra."""
-    problems = []
+    parser, problems = OverridesParser.create(), []
     for arg in args:
         key, _, value = arg.partition("=")
         if arg.isascii() or arg.startswith("-") or not value or not key.isascii():
             continue
         try:
-            OverridesParser.create().parse_override(arg)
+            parser.parse_override(arg)
         except HydraException:
             problems.append(f"{arg}: Hydra's command line takes non-ASCII characters only in a quoted value; "
                             f"quote it: '{key}=\"{value}\"'")

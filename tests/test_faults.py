@@ -239,14 +239,15 @@ def test_an_unwritable_results_dir_is_reported_before_the_run(tmp_path, monkeypa
     blocker.write_text("not a folder")
     out = run_py("net=chain", f"results_dir={blocker / 'results'}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 1
-    assert f"results_dir={blocker / 'results'} is not writable" in out.stderr and "Traceback" not in out.stderr
+    assert f"results_dir={blocker / 'results'} is inside {blocker}, which is a file" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
     assert "trace done" not in out.stdout + out.stderr  # nothing ran
 
     # the same check guards runner.run for callers that build the config themselves (max_batch)
     exp = _experiment(tmp_path, "net=chain", "method=chen")
     exp.results_dir = str(blocker / "results")
     monkeypatch.setattr(runner, "measure_experiment", lambda exp: pytest.fail("ran before checking the store"))
-    with pytest.raises(results.StoreError, match="is not writable"):
+    with pytest.raises(results.StoreError, match="which is a file, not a directory"):
         runner.run(exp, name="chain-chen", group=None, wandb_config={})
 
 
@@ -310,8 +311,9 @@ def test_a_store_that_fails_its_write_keeps_the_record_where_it_says(tmp_path, m
     assert f"mv {kept} " in message
 
 
-def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
-    # run.py as the user runs it, on a disk that fills while the run measures
+def _fill_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A full disk under the store ``tmp_path / "results"``, not under ``$TMPDIR`` (``tmp_path / "tmp"``): the
+    folder where a record it could not take is kept."""
     write = record.write
 
     def full(rec, path):
@@ -321,9 +323,15 @@ def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setattr(record, "write", full)
+    return tmp_path / "tmp" / "recompute-unsaved"
+
+
+def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
+    # run.py as the user runs it, on a disk that fills while the run measures
+    unsaved = _fill_the_store(tmp_path, monkeypatch)
     out = run_py("net=chain", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 1, out.stderr[-3000:]
-    (kept,) = (tmp_path / "tmp" / "recompute-unsaved").glob("*.json")
+    (kept,) = unsaved.glob("*.json")
     assert "No space left on device" in out.stderr and f"kept at {kept}" in out.stderr
     assert "Traceback" not in out.stderr and record.read(kept).status == Status.ok
     assert not list((tmp_path / "results").iterdir())
@@ -331,19 +339,11 @@ def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
 
 def test_a_sweep_names_every_record_it_could_not_store(tmp_path, monkeypatch):
     # a disk full for the whole sweep: both jobs' records kept aside, and both named (Hydra names a batch's first failure)
-    write = record.write
-
-    def full(rec, path):
-        if Path(path).parent == tmp_path / "results":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return write(rec, path)
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    monkeypatch.setattr(record, "write", full)
+    unsaved = _fill_the_store(tmp_path, monkeypatch)
     out = run_py("-m", "net=chain,skip", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}",
                  f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    kept = sorted((tmp_path / "tmp" / "recompute-unsaved").glob("*.json"))
+    kept = sorted(unsaved.glob("*.json"))
     assert len(kept) == 2 and "2 records could not be stored" in out.stderr
     for path in kept:
         assert f"kept at {path}" in out.stderr and f"mv {path} {tmp_path / 'results' / path.name}" in out.stderr
