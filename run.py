@@ -8,6 +8,8 @@ results store could not take (kept elsewhere, and the message says where).
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
@@ -22,14 +24,10 @@ class RunFailed(CompactHydraException):
     """A run ended with ``status=error``: a failure of the code, stored, and reported by the exit status."""
 
 
-class NotStored(CompactHydraException):
-    """The results store could not take the record (the message says where it is kept instead)."""
-
-
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    exp = config.to_experiment(cfg)
     hc = HydraConfig.get()
+    exp = config.to_experiment(cfg, hc.overrides.task)
     multirun = hc.mode == RunMode.MULTIRUN
     job = f"{exp.net.name.value}-{exp.method.name}-b{exp.batch_size}"
     try:
@@ -40,11 +38,16 @@ def main(cfg: DictConfig) -> None:
             wandb_config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         )
     except results.StoreError as e:
-        raise NotStored(str(e)) from e
+        raise results.NotStored(str(e)) from e
     print(runner.summary(record) if ran else f"skipped {job}: record {record.key} exists (status={record.status})")
     if record.status == Status.error:
         raise RunFailed(f"{job} failed with status=error (record {record.key} stored): {record.error}")
 
 
 if __name__ == "__main__":
+    try:
+        config.check_command_line(sys.argv[1:])  # before Hydra, whose parser would refuse them with its lexer's words
+    except config.ConfigError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
     main()

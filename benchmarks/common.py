@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import subprocess
@@ -93,6 +94,35 @@ def write_atomic(path: Path, write: Callable[[str], Any]) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def in_range(kind: type[int] | type[float], low: float, high: float = math.inf, *,
+             above: bool = False) -> Callable[[str], Any]:
+    """An argparse ``type=`` reading a ``kind`` from ``low`` (above it, with ``above``) to ``high``. Another
+    value, NaN or no number at all is a usage error naming the argument, the value and what it takes
+    (argparse exits 2 before any work): a count of 0 or -3 would otherwise start a run, or fail deep in it."""
+    what = "an integer" if kind is int else "a number"
+    what += f" above {low:g}" if above else f" from {low:g}"
+    what += f" to {high:g}" if high < math.inf else ("" if above else " up")
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
+        if not ((low < value if above else low <= value) and value <= high):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+# the kinds of value the benchmarks' command lines take
+POSITIVE_INT = in_range(int, 1)  # counts: budgets, steps, repeats, jobs, sizes
+NON_NEGATIVE_INT = in_range(int, 0)  # warm-up steps, retries
+POSITIVE = in_range(float, 0, above=True)  # seconds, GiB
+NON_NEGATIVE = in_range(float, 0)  # limits where 0 means none
+FRACTION = in_range(float, 0, 1)  # torch.compile's activation_memory_budget
 
 
 def net_method_args(doc: str, methods: Sequence[str], default_nets: Sequence[str] | None = None) -> argparse.Namespace:

@@ -28,7 +28,7 @@ from recompute.partitions import _decompositions
 from recompute.simulate import simulate_partition
 from recompute.workspace import Workspace
 
-from .common import head_commit, made_by, markdown_table
+from .common import FRACTION, head_commit, made_by, markdown_table
 from .head_to_head_cuda import require_cuda
 
 GIB = 2**30
@@ -86,7 +86,7 @@ def run_net(name: str, budgets: list[float]) -> list[list[Any]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=["vgg19"], choices=nets.names(paper_only=True))
-    parser.add_argument("--budgets", nargs="+", type=float, default=[0.5], help="PyTorch's activation_memory_budget")
+    parser.add_argument("--budgets", nargs="+", type=FRACTION, default=[0.5], help="PyTorch's activation_memory_budget")
     args = parser.parse_args(argv)
     device = require_cuda()
     commit = head_commit()

@@ -43,7 +43,7 @@ import recompute
 from recompute.exactness import compare, float64_distance
 from recompute.nets import DropoutNet
 
-from .common import REPO, markdown_table, write_section
+from .common import NON_NEGATIVE, POSITIVE_INT, REPO, markdown_table, write_section
 
 # --------------------------------------------------------------------------- the models
 
@@ -493,11 +493,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", help="corpus model names (default: all)")
     parser.add_argument("--methods", nargs="+", default=[m.label for m in METHODS], choices=[m.label for m in METHODS])
-    parser.add_argument("--timeout", type=int, default=300, help="seconds of CPU time a model × method cell may take")
-    parser.add_argument("--minutes", type=float, default=0,
+    parser.add_argument("--timeout", type=POSITIVE_INT, default=300, help="seconds of CPU time a model × method cell may take")
+    parser.add_argument("--minutes", type=NON_NEGATIVE, default=0,
                         help="start no model after this many minutes (0: run them all); the table lists those left")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md (after every model)")
-    parser.add_argument("--jobs", type=int, default=1, help="models run at once (each in its own one-thread process)")
+    parser.add_argument("--jobs", type=POSITIVE_INT, default=1, help="models run at once (each in its own one-thread process)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")

@@ -24,7 +24,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.memory_model import PLANNING, MemoryModel
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import NON_NEGATIVE_INT, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 
 # network → (batch, input size) for CPU timing
 SIZES = {"resnet50": (8, 64), "resnet152": (4, 64), "vgg19": (8, 64), "densenet161": (4, 64),
@@ -84,14 +84,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--memory-model", default=MemoryModel.simulator, choices=PLANNING, type=MemoryModel)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--iterations", type=int, default=9, help="timed steps per method, in all")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over the methods the steps are split into")
+    parser.add_argument("--warmup", type=NON_NEGATIVE_INT, default=1)
+    parser.add_argument("--iterations", type=POSITIVE_INT, default=9, help="timed steps per method, in all")
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=3, help="rounds over the methods the steps are split into")
     labels = {_label(*m): m for m in METHODS}
     parser.add_argument("--methods", nargs="+", default=list(labels), choices=list(labels),
                         help="a subset (eager first: the ratios are to the first method)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    if args.rounds > args.iterations:  # a round would time no step
+        parser.error(f"--rounds {args.rounds} is more than --iterations {args.iterations}: each round times at least one step")
     torch.set_num_threads(1)
     commit = head_commit()
     rows = run(args.nets, args.memory_model, args.warmup, args.iterations, [labels[m] for m in args.methods],

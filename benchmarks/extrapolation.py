@@ -33,7 +33,7 @@ import torch
 
 from recompute.timing import OpCall, module_calls
 
-from .common import markdown_table
+from .common import POSITIVE_INT, markdown_table
 from .head_to_head import HUGE_PAGES, PROBES, _capture, probe_model, probes_of
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -100,11 +100,11 @@ def in_process(env: dict[str, str], fn: Callable[..., T], *args: Any) -> T:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="resnet50")
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--targets", type=int, nargs="+", default=[16, 32])
-    parser.add_argument("--top", type=int, default=6, help="op kinds listed per target")
+    parser.add_argument("--size", type=POSITIVE_INT, default=224)
+    parser.add_argument("--targets", type=POSITIVE_INT, nargs="+", default=[16, 32])
+    parser.add_argument("--top", type=POSITIVE_INT, default=6, help="op kinds listed per target")
     parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
-    parser.add_argument("--probes", type=int, nargs=2, help="small and large probe batch (default: the head-to-head's for --net)")
+    parser.add_argument("--probes", type=POSITIVE_INT, nargs=2, help="small and large probe batch (default: the head-to-head's for --net)")
     args = parser.parse_args()
     probes = tuple(args.probes) if args.probes else probes_of(args.net)
     headers = ["target batch", "ops", "timed s", f"extrapolated from {probes} s", "timed / extrapolated"]

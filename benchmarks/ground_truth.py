@@ -42,7 +42,7 @@ from recompute import nets, partitions
 from recompute.dynamo import Backend
 from recompute.measure import default_loss
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 
 NETWORKS = ("resnet50", "densenet161", "googlenet")
 BATCHES = (4, 8, 16, 32)
@@ -231,8 +231,8 @@ def table(rows: list[Row]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=nets.names())
-    parser.add_argument("--batch", type=int, default=None, help="batch for every net (default: the 80%% rule)")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per method")
+    parser.add_argument("--batch", type=POSITIVE_INT, default=None, help="batch for every net (default: the 80%% rule)")
+    parser.add_argument("--steps", type=POSITIVE_INT, default=3, help="timed steps per method")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     if not has_peak_meter():

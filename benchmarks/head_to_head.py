@@ -66,7 +66,8 @@ from recompute.refine import finest, refine, step_peak
 from recompute.simulate import simulate_partition
 from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
-from .common import REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic, write_section
+from .common import (POSITIVE, POSITIVE_INT, REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic,
+                     write_section)
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
@@ -849,10 +850,10 @@ def _net_points(name: str, budgets: int, repeats: int, enough: float, lock: Any)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
-    parser.add_argument("--budgets", type=int, default=4, help="budgets of the time-centric DP, the smallest feasible first")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per op key, at most")
-    parser.add_argument("--enough", type=float, default=0.05, help="seconds of timed calls after which a key is not timed again")
-    parser.add_argument("--jobs", type=int, default=2, help="networks run at once, one process and one thread each")
+    parser.add_argument("--budgets", type=POSITIVE_INT, default=4, help="budgets of the time-centric DP, the smallest feasible first")
+    parser.add_argument("--repeats", type=POSITIVE_INT, default=3, help="timed calls per op key, at most")
+    parser.add_argument("--enough", type=POSITIVE, default=0.05, help="seconds of timed calls after which a key is not timed again")
+    parser.add_argument("--jobs", type=POSITIVE_INT, default=2, help="networks run at once, one process and one thread each")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/pareto_<net>.*")
     args = parser.parse_args()
     commit = head_commit()

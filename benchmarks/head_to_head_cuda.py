@@ -46,7 +46,8 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.partitions import SOLVERS
 
-from .common import REPO, head_commit, made_by, markdown_table, write_atomic, write_section
+from .common import (FRACTION, NON_NEGATIVE, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic,
+                     write_section)
 from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method, refined, rewritten
 
 FIGURES = REPO / "paper_figures"
@@ -239,16 +240,22 @@ def net_table(points: list[CudaPoint]) -> str:
 
 
 def _weight(text: str) -> float | None:
-    return None if text == "off" else float(text)
+    """A cheap-rematerialization weight from 0 up, or ``off`` (none)."""
+    if text == "off":
+        return None
+    try:
+        return NON_NEGATIVE(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e}, nor 'off'") from e
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
-    parser.add_argument("--iterations", type=int, default=5, help="timed steps per method (after one warm-up)")
-    parser.add_argument("--budgets", nargs="+", type=float, default=list(BUDGETS), help="PyTorch's activation_memory_budget grid")
+    parser.add_argument("--iterations", type=POSITIVE_INT, default=5, help="timed steps per method (after one warm-up)")
+    parser.add_argument("--budgets", nargs="+", type=FRACTION, default=list(BUDGETS), help="PyTorch's activation_memory_budget grid")
     parser.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=list(SOLVERS))
-    parser.add_argument("--ours", type=int, default=Grid.ours, help="budgets of our time-centric DP, the smallest feasible first")
+    parser.add_argument("--ours", type=POSITIVE_INT, default=Grid.ours, help="budgets of our time-centric DP, the smallest feasible first")
     parser.add_argument("--remat", nargs="+", type=_weight, default=list(REMAT_WEIGHTS),
                         help="cheap-rematerialization weights of our points ('off': none)")
     parser.add_argument("--eager", action="store_true", help="only the eager methods and our executor's plans (no torch.compile)")

@@ -29,7 +29,7 @@ from recompute.plan import InfeasibleBudget
 from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.milp import NoSolution
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 
 GIB = 2**30
 DEFAULT_NETS = nets.names(paper_only=True)
@@ -122,10 +122,10 @@ PEAKS = ["network", "#V", "vanilla GiB", "DP-min GiB", "least peak of the other 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=DEFAULT_NETS)
-    parser.add_argument("--budgets", type=int, default=3, help="budgets per network")
-    parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per HiGHS solve")
-    parser.add_argument("--max-nodes", type=int, default=40, help="coarsen larger graphs to this many nodes")
-    parser.add_argument("--retries", type=int, default=2)
+    parser.add_argument("--budgets", type=POSITIVE_INT, default=3, help="budgets per network")
+    parser.add_argument("--time-limit", type=POSITIVE, default=30.0, help="seconds per HiGHS solve")
+    parser.add_argument("--max-nodes", type=POSITIVE_INT, default=40, help="coarsen larger graphs to this many nodes")
+    parser.add_argument("--retries", type=NON_NEGATIVE_INT, default=2)
     parser.add_argument("--slow", nargs="*", default=[], help="networks on which exactdp is not solved for budgets")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()

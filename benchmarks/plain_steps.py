@@ -22,7 +22,7 @@ import torch
 from recompute import nets
 from recompute.timing import BatchExtrapolation
 
-from .common import markdown_table
+from .common import POSITIVE_INT, markdown_table
 from .extrapolation import in_process, op_kind
 from .head_to_head import HUGE_PAGES, PLAIN, PROPORTIONAL, probe_batches, probe_model, step_calls
 
@@ -60,9 +60,9 @@ def rounds(net: str, batch: int, size: int, count: int) -> tuple[list[list[objec
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="vgg19")
-    parser.add_argument("--batch", type=int, help="default: the paper's")
-    parser.add_argument("--size", type=int, help="default: the paper's")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--batch", type=POSITIVE_INT, help="default: the paper's")
+    parser.add_argument("--size", type=POSITIVE_INT, help="default: the paper's")
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=4)
     args = parser.parse_args()
     paper = nets.spec(args.net)
     batch, size = args.batch or paper.batch_size, args.size or paper.input_size[0]

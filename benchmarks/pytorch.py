@@ -29,7 +29,8 @@ from recompute import baselines, nets
 from recompute.exactness import compare
 from recompute.measure import default_loss
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import (NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, REPO, head_commit, made_by, markdown_table,
+                     write_section)
 
 # network → (batch, input size): the reduced CPU sizes
 SIZES = {"resnet50": (8, 64), "densenet161": (8, 64), "googlenet": (8, 96), "vgg19": (4, 48), "unet": (2, 128)}
@@ -297,10 +298,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--budgets", type=int, default=3, help="budgets per swept method (DPs, revolve), the smallest feasible one first")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--max-overhead", type=float, default=3.0,
+    parser.add_argument("--budgets", type=POSITIVE_INT, default=3, help="budgets per swept method (DPs, revolve), the smallest feasible one first")
+    parser.add_argument("--warmup", type=NON_NEGATIVE_INT, default=1)
+    parser.add_argument("--iterations", type=POSITIVE_INT, default=5)
+    parser.add_argument("--max-overhead", type=NON_NEGATIVE, default=3.0,
                         help="skip plans predicted to recompute more forward passes than this")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--figures", action="store_true", help="write paper_figures/cpu_pareto_<net>.png")

@@ -21,7 +21,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.refine import finest, refine
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE, REPO, head_commit, made_by, markdown_table, write_section
 
 GIB = 2**30
 HEADERS = ["plan", "peak GiB (late, in place, +params)", "recomputation (cost units)", "late recomputations",
@@ -53,7 +53,7 @@ def run(name: str, batch: int, size: int, limits: list[float]) -> list[list[obje
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="densenet161", choices=nets.names(paper_only=True))
-    parser.add_argument("--limits", nargs="+", type=float, default=[0.95, 0.99], help="GiB, parameters included")
+    parser.add_argument("--limits", nargs="+", type=POSITIVE, default=[0.95, 0.99], help="GiB, parameters included")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
     commit = head_commit()

@@ -31,7 +31,7 @@ import recompute
 from recompute import nets
 from recompute.measure import default_loss
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 
 METHODS = [("vanilla", None), ("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"),
            ("exactdp", "tc"), ("exactdp", "mc")]
@@ -107,7 +107,7 @@ def headers(backend: str) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
-    parser.add_argument("--budgets", type=int, default=2, help="budgets per DP between its smallest peak and vanilla")
+    parser.add_argument("--budgets", type=POSITIVE_INT, default=2, help="budgets per DP between its smallest peak and vanilla")
     parser.add_argument("--slow", nargs="*", default=[], help="networks on which exactdp is not solved for budgets")
     parser.add_argument("--backend", default="fake", choices=("fake", "cuda"),
                         help="where the plans run: fake (paper scale on the CPU) or cuda (for real, on the GPU)")

@@ -31,7 +31,7 @@ from recompute import kernels, nets
 from recompute.memory_model import PLANNING, MemoryModel
 from recompute.planners.dp import TooManyLowerSets, all_lower_sets
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 
 METHODS = [("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"), ("exactdp", "tc"),
            ("exactdp", "mc")]
@@ -88,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))
     parser.add_argument("--memory-model", default=MemoryModel.paper, choices=PLANNING, type=MemoryModel)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=POSITIVE_INT, default=3)
     parser.add_argument("--app", action="store_true", help="the app's records (simulator, a fresh process per cell)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()

@@ -37,7 +37,7 @@ from recompute import nets
 from recompute.measure import default_loss
 from recompute.timing import TimeModel, schedule_calls
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 from .cpu_time import SIZES
 
 # (label, method, strategy): no recomputation, then three plans of growing overhead
@@ -97,9 +97,9 @@ def run(names: list[str], steps: int, repeats: int, rounds: int, alone: bool = F
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per plan and round")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of steps, then the ops timed anew")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per op key timed alone")
+    parser.add_argument("--steps", type=POSITIVE_INT, default=3, help="timed steps per plan and round")
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=5, help="rounds of steps, then the ops timed anew")
+    parser.add_argument("--repeats", type=POSITIVE_INT, default=5, help="timed calls per op key timed alone")
     parser.add_argument("--alone", action="store_true",
                         help="time every op alone, the core's cache flushed before each call (the model before 2026-12-06)")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")

@@ -18,11 +18,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, is_dataclass
 from enum import StrEnum
-from typing import Any, Iterator, Optional, get_type_hints
+from typing import Any, Iterator, Optional, Sequence, get_type_hints
 
 import torch
 from hydra.core.config_store import ConfigStore
-from hydra.errors import CompactHydraException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import CompactHydraException, HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 import recompute
@@ -35,7 +36,8 @@ from .results import StoreError, check_writable
 __all__ = [
     "Device", "TimeBackend", "CostModel", "MemoryModel", "Strategy", "WandbMode", "NetName",
     "NetConfig", "MethodConfig", "LoggerConfig", "TimingConfig", "AppConfig",
-    "register_configs", "to_experiment", "plan_options", "is_baseline", "uses_memory_model", "ConfigError", "experiment_dict", "experiment_key", "GIB",
+    "register_configs", "to_experiment", "check_command_line", "plan_options", "is_baseline", "uses_memory_model",
+    "ConfigError", "experiment_dict", "experiment_key", "GIB",
 ]
 
 GIB = 2**30  # budget_gb and device_memory_gb are in GiB
@@ -189,22 +191,47 @@ class ConfigError(CompactHydraException, ValueError):
     A ``CompactHydraException``, so that Hydra prints the message alone (no stack trace) and exits 1.
     """
 
+    @classmethod
+    def listing(cls, problems: list[str]) -> "ConfigError":
+        """One error for every problem found, one a line."""
+        return cls("invalid config, nothing was run:\n" + "\n".join(f"  {p}" for p in problems))
 
-def to_experiment(cfg: DictConfig) -> AppConfig:
+
+def to_experiment(cfg: DictConfig, overrides: Sequence[str] = ()) -> AppConfig:
     """The composed config as a checked :class:`AppConfig` (resolves interpolations); :class:`ConfigError`
-    otherwise, before anything is built, traced or measured."""
+    otherwise, before anything is built, traced or measured. ``overrides``: the command line's (Hydra's
+    ``overrides.task``), for what composing loses (an on/off key given a number)."""
     added = _added_key_problems(OmegaConf.to_container(cfg, resolve=False))
     exp: AppConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    problems = [*added, *_range_problems(exp), *_device_problems(exp), *_method_problems(exp), *_store_problems(exp)]
+    problems = [*added, *_flag_problems(overrides), *_range_problems(exp), *_device_problems(exp),
+                *_method_problems(exp), *_store_problems(exp)]
     if problems:
-        raise ConfigError("invalid config, nothing was run:\n" + "\n".join(f"  {p}" for p in problems))
+        raise ConfigError.listing(problems)
     return exp
 
 
-def _schema_keys(schema: type, prefix: str = "") -> Iterator[str]:
-    """Every dotted key of a structured config, parents before their children."""
+def check_command_line(args: Sequence[str]) -> None:
+    """:class:`ConfigError` for an override Hydra's parser would refuse only with its lexer's words
+    (``LexerNoViableAltException``): a value with non-ASCII characters, which it takes only quoted.
+    Called before Hydra parses the command line; every other override is left to Hydra."""
+    parser, problems = OverridesParser.create(), []
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if arg.isascii() or arg.startswith("-") or not value or not key.isascii():
+            continue
+        try:
+            parser.parse_override(arg)
+        except HydraException:
+            problems.append(f"{arg}: Hydra's command line takes non-ASCII characters only in a quoted value; "
+                            f"quote it: '{key}=\"{value}\"'")
+    if problems:
+        raise ConfigError.listing(problems)
+
+
+def _schema_keys(schema: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every dotted key of a structured config with its type, parents before their children."""
     for name, hint in get_type_hints(schema).items():
-        yield prefix + name
+        yield prefix + name, hint
         if is_dataclass(hint):
             yield from _schema_keys(hint, f"{prefix}{name}.")
 
@@ -215,7 +242,7 @@ def _added_key_problems(container: dict[str, Any], schema: type = AppConfig, pre
     value the user meant to set (``+budget_g=1``: no budget). ``method.options`` is a free dict (its
     names are the planner's, checked by :func:`_method_problems`), so keys under it are not looked at."""
     known = get_type_hints(schema)
-    every_key = list(_schema_keys(AppConfig))
+    every_key = [key for key, _ in _schema_keys(AppConfig)]
     problems = []
     for name, value in container.items():
         key = prefix + name
@@ -227,6 +254,17 @@ def _added_key_problems(container: dict[str, Any], schema: type = AppConfig, pre
         elif is_dataclass(known[name]) and isinstance(value, dict):
             problems += _added_key_problems(value, known[name], f"{key}.")
     return problems
+
+
+def _flag_problems(overrides: Sequence[str]) -> list[str]:
+    """On/off keys (``method.in_place``, ``skip_existing``, ...) given anything but true or false on the
+    command line: OmegaConf reads every integer but 0, and yes/on, as true, so ``method.in_place=-1``
+    would run in place without a word. The composed config holds only the bool it made of the value,
+    so the overrides are read."""
+    flags = {key for key, hint in _schema_keys(AppConfig) if hint is bool}
+    return [f"{o.input_line}: not a boolean (OmegaConf would take it for one without a word); allowed: true, false"
+            for o in OverridesParser.create().parse_overrides(list(overrides))
+            if o.key_or_group in flags and not o.is_delete() and not isinstance(o.value(), bool)]
 
 
 INT64_MAX = 2**63 - 1  # the largest tensor size

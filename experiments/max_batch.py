@@ -105,7 +105,7 @@ def _compose(overrides: list[str]) -> Any:
     from .config import to_experiment
 
     with initialize_config_dir(config_dir=str(_CONF), version_base="1.3"):
-        return to_experiment(compose("config", overrides=overrides))
+        return to_experiment(compose("config", overrides=overrides), overrides)
 
 
 def probe(net: str, method: str, batch: int, results_dir: str | Path, extra: tuple[str, ...] = ()) -> RunRecord:

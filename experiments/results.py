@@ -23,16 +23,23 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 import pandas as pd
+from hydra.errors import CompactHydraException
 
 from . import record
 from .record import FIELDS, NUMERIC_FIELDS, RecordError, RecordWarning, RunRecord
 
-__all__ = ["record_path", "unsaved_dir", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError"]
+__all__ = ["record_path", "unsaved_dir", "save", "find", "set_aside", "check_writable", "load", "max_batch", "StoreError",
+           "NotStored"]
 
 
 class StoreError(OSError):
     """The results store cannot be used (``results_dir`` is not writable, or a write to it failed); says
     what to do, and where a record that could not be written is kept."""
+
+
+class NotStored(CompactHydraException):
+    """A run's record the store could not take, as ``run.py`` reports it: the message alone (no stack
+    trace), saying where the record is kept instead; a sweep names every one (``hydra_plugins.recompute_sweeper``)."""
 
 
 def record_path(results_dir: str | Path, key: str) -> Path:
@@ -84,6 +91,12 @@ def set_aside(results_dir: str | Path, key: str) -> Path:
 def check_writable(results_dir: str | Path) -> Path:
     """Create ``results_dir`` if needed and prove a record can be written there, before any run."""
     path = Path(results_dir)
+    # a file where the store or a folder above it belongs: no permission fixes that
+    file = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        where = "is a file" if file == path else f"is inside {file}, which is a file"
+        raise StoreError(f"results_dir={results_dir} {where}, not a directory; choose a directory (one that does not "
+                         "exist yet is made), e.g. results_dir=$PWD/results")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):

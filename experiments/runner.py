@@ -43,36 +43,59 @@ from .config import (GIB, SCHEDULE_REWRITES, AppConfig, experiment_dict, experim
 from .record import RecordError, RunRecord, Status
 from .tracking import wandb_run
 
-__all__ = ["measure_experiment", "new_record", "run", "summary", "is_oom", "exit_with_parent"]
+__all__ = ["measure_experiment", "new_record", "run", "summary", "is_oom", "exit_with_sweep", "SWEEP_PID"]
 
 log = logging.getLogger(__name__)
 
 _REPO = Path(__file__).resolve().parents[1]
-_parent_watch: threading.Thread | None = None
+_sweep_watch: threading.Thread | None = None
+# the sweep's process id, in the environment of the jobs of a launcher that starts them apart from the
+# sweep's process tree (submitit_local: under submitit's controller; hydra_plugins.recompute_sweeper sets it)
+SWEEP_PID = "RECOMPUTE_SWEEP_PID"
 
 
-def exit_with_parent(poll_seconds: float = 0.5) -> None:
-    """In a worker process (joblib/loky launcher, a process pool), exit as soon as the process that
-    started it dies.
+def exit_with_sweep(poll_seconds: float = 0.5) -> None:
+    """In a job process of a sweep (a joblib/loky worker, a process pool, a submitit_local job), exit
+    as soon as the sweep's process dies.
 
-    Loky workers outlive a ``kill -9`` of the sweep and go on running the configs already queued to
-    them, writing records nobody waits for; a daemon thread that sees the worker re-parented (its
-    parent pid changes) ends it at once. A record being written then is lost whole, never half (the
-    store writes atomically). Jobs of the basic launcher run in the sweep's own process: no-op there.
+    Loky workers and submitit's local jobs outlive a ``kill -9`` (or a Ctrl-C to it alone) of the sweep
+    and go on running the configs already queued to them, writing records nobody waits for; a daemon
+    thread that sees the sweep's process gone ends the job at once. A record being written then is
+    lost whole, never half (the store writes atomically). Jobs of the basic launcher run in the
+    sweep's own process: no-op there.
     """
-    global _parent_watch
-    parent = multiprocessing.parent_process()
-    if parent is None or _parent_watch is not None:
+    global _sweep_watch
+    sweep = _sweep_pid()
+    if sweep is None or _sweep_watch is not None:
         return
 
     def watch() -> None:
-        while os.getppid() == parent.pid:
+        while _running(sweep):
             time.sleep(poll_seconds)
-        log.error("the sweep process %s is gone: worker %s exits without finishing its job", parent.pid, os.getpid())
+        log.error("the sweep process %s is gone: job process %s exits without finishing its job", sweep, os.getpid())
         os._exit(1)
 
-    _parent_watch = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
-    _parent_watch.start()
+    _sweep_watch = threading.Thread(target=watch, name="exit-with-sweep", daemon=True)
+    _sweep_watch.start()
+
+
+def _sweep_pid() -> int | None:
+    """The sweep process this one runs jobs for: a pool worker's parent, or the one :data:`SWEEP_PID`
+    names; None in the sweep's own process."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        return parent.pid
+    pid = int(os.environ.get(SWEEP_PID, os.getpid()))
+    return None if pid == os.getpid() else pid
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists: signal 0 is checked, not sent."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @functools.cache
@@ -282,7 +305,7 @@ def run(exp: AppConfig, *, name: str, group: str | None, wandb_config: dict[str,
     :class:`~experiments.results.StoreError` when the store is not writable (before the run) or the
     record could not be written to it (after: the record is kept where the message says).
     """
-    exit_with_parent()
+    exit_with_sweep()
     results.check_writable(exp.results_dir)  # before the run, not after an hour of it
     key = experiment_key(exp)
     try:

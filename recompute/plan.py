@@ -17,7 +17,7 @@ from .memory_model import PLANNING, MemoryModel
 from .remat import late_where_needed
 from .schedule import Schedule, canonical, recomputation_cost
 from .simulate import simulate
-from .validate import check_budget, check_graph, check_options, keyword_options
+from .validate import check_budget, check_graph, check_limit, check_made_for, check_options, keyword_options
 
 __all__ = ["Plan", "PlannerSpec", "Door", "Unserved", "InfeasibleBudget", "register", "plan", "methods", "spec",
            "simulated_peak", "STRATEGIES", "DEFAULT_METHOD"]
@@ -112,7 +112,9 @@ class Plan:
     def runs(self, graph: Graph) -> Schedule:
         """The schedule that runs ``graph`` under this plan: the planner's own (``schedule``), or the
         canonical schedule of the lower sets (:func:`recompute.schedule.canonical`), built once. The one
-        builder every consumer calls: :func:`simulated_peak`, :mod:`recompute.execute`, :mod:`recompute.dynamo`."""
+        builder every consumer calls: :func:`simulated_peak`, :mod:`recompute.execute`, :mod:`recompute.dynamo`.
+        ``ValueError`` when the plan was made for another graph."""
+        check_made_for(graph, self.lower_sets[-1], self.schedule.names() if self.schedule is not None else ())
         if self.schedule is not None:
             return self.schedule
         built = self.__dict__.get("_canonical")
@@ -176,6 +178,7 @@ class Plan:
         memory-centric step run in place (batch 64, 224², split convolution backwards) 3.85 → 3.18
         GiB for 36 more cost units (its own: 189). ``then_in_place``: the peaks judged are those of
         the schedule run in place, for a plan :meth:`with_in_place` is applied to next."""
+        check_limit(limit)
         if graph.program is None:
             raise ValueError("recomputing at the peak rewrites the step's schedule: plan a traced graph (recompute.trace)")
         p, runs = graph.program, self.runs(graph)

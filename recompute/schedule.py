@@ -76,6 +76,10 @@ class Schedule:
     def __len__(self) -> int:
         return len(self.steps)
 
+    def names(self) -> set[str]:
+        """The ops it runs and the values it reads, by name."""
+        return {name for name, _ in self.steps} | {name for read in self.reads for name, _ in read}
+
     def recomputations(self) -> int:
         """How many op instances run more than once."""
         return sum(1 for _, copy in self.steps if copy > 0)

@@ -38,7 +38,7 @@ from .convsplit import SPLIT_FROM, split_convolution_backwards
 from .fxnodes import is_random, output_tensors
 from .joint import JointProgram, StepError, trace_step
 from .graph import Graph
-from .validate import check_cost_model, check_flag, check_inputs, check_model
+from .validate import check_cost_model, check_flag, check_inputs, check_model, check_split_names
 from .workspace import step_workspace
 
 __all__ = ["trace", "graph_of", "TraceError", "HookWarning", "Program"]
@@ -288,10 +288,13 @@ def _split_convolutions(joint: JointProgram, only: set[str] | None) -> None:
     """Every convolution backward of ``joint`` (named in ``only``, where given) that returns the
     input's and the weight's gradient as two ops (:func:`~recompute.convsplit.split_convolution_backwards`);
     the input's joins the backward where the fused op's element was, under the same owner, and is the
-    step's gradient of an input where that element was."""
+    step's gradient of an input where that element was. ``ValueError`` for a name in ``only`` that is
+    no convolution backward of ``joint``."""
     before, backward = set(joint.gm.graph.nodes), set(joint.backward)
-    element = {n.name: u.name for n in joint.backward if n.target is torch.ops.aten.convolution_backward.default
-               for u in n.users if u.target is operator.getitem and u.args[1] == 0}
+    convolutions = [n for n in joint.backward if n.target is torch.ops.aten.convolution_backward.default]
+    if only is not None:
+        check_split_names(only, [n.name for n in convolutions])
+    element = {n.name: u.name for n in convolutions for u in n.users if u.target is operator.getitem and u.args[1] == 0}
     split_convolution_backwards(joint.gm, where_input_dies=False, only=only)
     joint.backward = [n for n in joint.gm.graph.nodes if n in backward or n not in before]
     made = {element[n.meta[SPLIT_FROM]]: n.name for n in joint.backward if SPLIT_FROM in n.meta}

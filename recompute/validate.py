@@ -13,15 +13,15 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 import torch
 
 from . import costs
 from .graph import Graph
 
-__all__ = ["check_model", "check_inputs", "check_arguments", "check_budget", "check_flag", "check_graph", "check_cost_model",
-           "check_options", "keyword_options", "describe"]
+__all__ = ["check_model", "check_inputs", "check_arguments", "check_budget", "check_flag", "check_limit", "check_graph",
+           "check_made_for", "check_split_names", "check_cost_model", "check_options", "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
 
@@ -85,6 +85,44 @@ def check_flag(name: str, value: Any) -> None:
     ``"no"`` would read as on."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def check_limit(limit: Any) -> None:
+    """``limit`` (:meth:`recompute.Plan.with_peak_recompute`) is a number of cost units from 0 up, or
+    ``math.inf``: NaN fails every comparison with the cost added, so it would mean no limit."""
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real):
+        raise TypeError(f"limit must be a number of cost units (T_v) or math.inf, got {describe(limit)}")
+    if math.isnan(limit) or limit < 0:
+        raise ValueError(f"limit must be a non-negative number of cost units (T_v of the graph's cost model), "
+                         f"or math.inf for no limit; got {limit!r}")
+
+
+def check_split_names(names: Collection[str], convolutions: Sequence[str]) -> None:
+    """Each name of ``split_convolutions`` is one of the traced step's ``convolution_backward`` nodes
+    (``convolutions``): a name of another model or a misspelt one would split nothing, without a word."""
+    unknown = sorted(set(names) - set(convolutions))
+    if not unknown:
+        return
+    shown = ", ".join(convolutions[:6]) + (f", ... ({len(convolutions)} in all)" if len(convolutions) > 6 else "")
+    raise ValueError(f"split_convolutions names {', '.join(map(repr, unknown))}, not a convolution backward of the "
+                     f"traced step; its convolution backwards: {shown or 'none'} (recompute.peakremat.needed_splits "
+                     "names those a schedule needs split), or split_convolutions=True for all of them")
+
+
+def check_made_for(graph: Graph, nodes: frozenset[int], ops: Iterable[str]) -> None:
+    """A plan is run on the graph it was planned for: its lower sets' last, V, is ``graph``'s nodes,
+    and its schedule (``ops``: the ops it runs and reads) names only ops of ``graph``'s step. Another
+    graph's plan fails deep inside with a ``KeyError``, or runs a step of the wrong model."""
+    problem = f"its lower sets cover {len(nodes)} nodes, this graph has {graph.n}" if nodes != graph.nodes else ""
+    if not problem and graph.program is not None:
+        known = {n.name for n in graph.program.joint.gm.graph.nodes}
+        missing = sorted(set(ops) - known)
+        if missing:
+            problem = (f"its schedule names {', '.join(map(repr, missing[:3]))}{', ...' if len(missing) > 3 else ''}, "
+                       "which this graph's step does not have")
+    if problem:
+        raise ValueError(f"this plan was made for another graph ({problem}); plan this graph: "
+                         "recompute.plan(graph, method, ...), and run or price the plan with the graph it was made for")
 
 
 def check_graph(graph: Any) -> None:

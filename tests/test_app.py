@@ -46,7 +46,7 @@ def _compose(overrides: list[str], hydra_cfg: bool = False):
 def _experiment(tmp_path: Path, *overrides: str) -> config.AppConfig:
     """A validated config outside a Hydra run (its ``${hydra:...}`` paths replaced by tmp ones)."""
     cfg = _compose([f"results_dir={tmp_path / 'results'}", f"logger.dir={tmp_path}", "logger=none", *overrides])
-    return config.to_experiment(cfg)
+    return config.to_experiment(cfg, overrides)
 
 
 def _error_text(overrides: list[str]) -> str:
@@ -152,6 +152,13 @@ CHECK_MISTAKES = [
     ("batch_size=9223372036854775808", ["batch_size=9223372036854775808: must be positive", "from 1 to 2**63-1"]),
     ("seed=18446744073709551616", ["seed=18446744073709551616", "from -2**63 to 2**64-1"]),
     ("method=torch_compile_budget method.options.budget_fraction=nan", ["method.options.budget_fraction=nan: must be a finite number"]),
+    # on/off keys given a number or a word: OmegaConf would read -1, 2 and yes as true, 0 as false
+    ("method.in_place=-1", ["method.in_place=-1: not a boolean", "allowed: true, false"]),
+    ("method.in_place=2", ["method.in_place=2: not a boolean", "allowed: true, false"]),
+    ("method.recompute_late=yes", ["method.recompute_late=yes: not a boolean", "allowed: true, false"]),
+    ("method.recompute_at_peak=1", ["method.recompute_at_peak=1: not a boolean", "allowed: true, false"]),
+    ("method.split_convolutions=0", ["method.split_convolutions=0: not a boolean", "allowed: true, false"]),
+    ("skip_existing=on", ["skip_existing=on: not a boolean", "allowed: true, false"]),
 ]
 
 
@@ -177,12 +184,33 @@ def test_every_mistake_is_reported_at_once(tmp_path):
     assert [line.split("=")[0].strip() for line in str(info.value).splitlines()[1:]] == ["batch_size", "warmup", "results_dir"]
 
 
+def test_a_results_dir_that_is_a_file_is_named_as_one(tmp_path):
+    # not "fix its permissions": no permission makes a file a folder
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for results_dir, named in [(blocker, f"results_dir={blocker} is a file, not a directory"),
+                               (blocker / "results", f"results_dir={blocker / 'results'} is inside {blocker}, which is a file")]:
+        with pytest.raises(config.ConfigError) as info:
+            _experiment(tmp_path, f"results_dir={results_dir}")
+        assert named in str(info.value) and "permissions" not in str(info.value), str(info.value)
+
+
+def test_an_unquoted_non_ascii_value_is_told_to_be_quoted(tmp_path):
+    """Hydra's parser refuses it with its lexer's words (``LexerNoViableAltException``) and no hint."""
+    store = tmp_path / "résultats"
+    out = run_py(f"results_dir={store}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}", env={"WANDB_MODE": "disabled"})
+    assert out.returncode == 1 and "Traceback" not in out.stderr and not store.exists()
+    assert f"""quote it: 'results_dir="{store}"'""" in out.stderr, out.stderr
+    assert _compose([f'results_dir="{store}"']).results_dir == str(store)  # as the quoted override reaches Hydra
+
+
 @pytest.mark.parametrize("args", [
     ["device=gpu"],  # composing
     ["-m", "net=chain,skip", "device=cuda"],  # checking, in a sweep: every job fails fast
     ["method=exactdp_tc", "+method.options.memroy_model=paper"],
     ["+budget_g=1"],  # a misspelt key with the '+' Hydra suggests: refused, not a run without a budget
-], ids=["compose", "sweep-cuda", "planner-option", "added-key"])
+    ["method.in_place=2"],  # an on/off key given a number: read from the command line, not the composed config
+], ids=["compose", "sweep-cuda", "planner-option", "added-key", "flag"])
 def test_a_config_mistake_exits_non_zero_with_the_message_alone(tmp_path, monkeypatch, args):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same message on a GPU machine
     out = run_py(*args, "logger=none", f"results_dir={tmp_path / 'results'}", f"hydra.run.dir={tmp_path / 'run'}",
@@ -229,18 +257,21 @@ def test_launcher_presets_compose():
     assert slurm._target_.endswith("SlurmLauncher")
     assert (slurm.partition, slurm.gpus_per_node) == ("gpu", 1)
     assert slurm.timeout_min > 0 and slurm.mem_gb > 0 and len(slurm.setup) > 0
-    local = _compose(["hydra/launcher=local"], hydra_cfg=True).hydra.launcher
-    assert local._target_.endswith("JoblibLauncher") and local.n_jobs == 2
+    local = _compose(["hydra/launcher=local"], hydra_cfg=True).hydra
+    assert local.launcher._target_.endswith("JoblibLauncher") and local.launcher.n_jobs == 2
+    assert local.sweeper._target_ == "hydra_plugins.recompute_sweeper.Sweeper"  # the app's checks, on every launcher
 
 
-def test_slurm_without_slurm_is_refused_before_submitting(tmp_path):
+@pytest.mark.parametrize("launcher", ["slurm", "submitit_slurm"])  # the app's preset, and submitit's own name
+def test_slurm_without_slurm_is_refused_before_submitting(tmp_path, launcher):
     # PATH without sbatch/srun, as on a laptop
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
                            if not any(Path(d, tool).exists() for tool in ("sbatch", "srun")))
-    out = run_py("-m", "hydra/launcher=slurm", "net=chain", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}",
-                 f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"PATH": path, "WANDB_MODE": "disabled"})
+    out = run_py("-m", f"hydra/launcher={launcher}", "net=chain", "method=chen", "logger=none",
+                 f"results_dir={tmp_path / 'results'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                 env={"PATH": path, "WANDB_MODE": "disabled"})
     assert out.returncode == 1
-    assert "hydra/launcher=slurm" in out.stderr and "sbatch and srun are not on PATH" in out.stderr, out.stderr
+    assert f"hydra/launcher={launcher} submits" in out.stderr and "sbatch and srun are not on PATH" in out.stderr, out.stderr
     assert "hydra/launcher=local" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not list(tmp_path.glob("sweep/.submitit")) and not (tmp_path / "results").exists()  # nothing submitted or run
 

@@ -24,6 +24,9 @@ import psutil
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.core.plugins import Plugins
+from hydra_plugins import recompute_sweeper
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from omegaconf import OmegaConf
 
 import recompute
@@ -236,14 +239,15 @@ def test_an_unwritable_results_dir_is_reported_before_the_run(tmp_path, monkeypa
     blocker.write_text("not a folder")
     out = run_py("net=chain", f"results_dir={blocker / 'results'}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 1
-    assert f"results_dir={blocker / 'results'} is not writable" in out.stderr and "Traceback" not in out.stderr
+    assert f"results_dir={blocker / 'results'} is inside {blocker}, which is a file" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
     assert "trace done" not in out.stdout + out.stderr  # nothing ran
 
     # the same check guards runner.run for callers that build the config themselves (max_batch)
     exp = _experiment(tmp_path, "net=chain", "method=chen")
     exp.results_dir = str(blocker / "results")
     monkeypatch.setattr(runner, "measure_experiment", lambda exp: pytest.fail("ran before checking the store"))
-    with pytest.raises(results.StoreError, match="is not writable"):
+    with pytest.raises(results.StoreError, match="which is a file, not a directory"):
         runner.run(exp, name="chain-chen", group=None, wandb_config={})
 
 
@@ -307,8 +311,9 @@ def test_a_store_that_fails_its_write_keeps_the_record_where_it_says(tmp_path, m
     assert f"mv {kept} " in message
 
 
-def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
-    # run.py as the user runs it, on a disk that fills while the run measures
+def _fill_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A full disk under the store ``tmp_path / "results"``, not under ``$TMPDIR`` (``tmp_path / "tmp"``): the
+    folder where a record it could not take is kept."""
     write = record.write
 
     def full(rec, path):
@@ -318,12 +323,30 @@ def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setattr(record, "write", full)
+    return tmp_path / "tmp" / "recompute-unsaved"
+
+
+def test_run_py_names_where_an_unstored_record_is_kept(tmp_path, monkeypatch):
+    # run.py as the user runs it, on a disk that fills while the run measures
+    unsaved = _fill_the_store(tmp_path, monkeypatch)
     out = run_py("net=chain", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 1, out.stderr[-3000:]
-    (kept,) = (tmp_path / "tmp" / "recompute-unsaved").glob("*.json")
+    (kept,) = unsaved.glob("*.json")
     assert "No space left on device" in out.stderr and f"kept at {kept}" in out.stderr
     assert "Traceback" not in out.stderr and record.read(kept).status == Status.ok
     assert not list((tmp_path / "results").iterdir())
+
+
+def test_a_sweep_names_every_record_it_could_not_store(tmp_path, monkeypatch):
+    # a disk full for the whole sweep: both jobs' records kept aside, and both named (Hydra names a batch's first failure)
+    unsaved = _fill_the_store(tmp_path, monkeypatch)
+    out = run_py("-m", "net=chain,skip", "method=chen", "logger=none", f"results_dir={tmp_path / 'results'}",
+                 f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    kept = sorted(unsaved.glob("*.json"))
+    assert len(kept) == 2 and "2 records could not be stored" in out.stderr
+    for path in kept:
+        assert f"kept at {path}" in out.stderr and f"mv {path} {tmp_path / 'results' / path.name}" in out.stderr
 
 
 # --------------------------------------------------------------------------- 4. exhaustive on a large graph
@@ -377,7 +400,7 @@ def test_a_restarted_sweep_keeps_one_group_and_redoes_only_what_is_missing(tmp_p
     assert other.startswith("sweep-") and other != group
 
 
-# --------------------------------------------------------------------------- 6. kill -9 of a joblib sweep
+# --------------------------------------------------------------------------- 6. kill -9 of a sweep: its jobs end too
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -419,3 +442,29 @@ def test_kill_9_of_a_joblib_sweep_leaves_no_worker_writing_records(tmp_path):
                 psutil.Process(pid).kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def test_submitit_local_jobs_are_told_the_sweep_they_end_with(monkeypatch):
+    """submitit starts each local job under a controller of its own, no child of the sweep, so the app's
+    sweeper puts the sweep's process id in the jobs' environment (the kill -9 of such a sweep, as the
+    joblib one above, takes a quarter of a minute: its hook-up and the job's side are tested apart)."""
+    monkeypatch.delenv(runner.SWEEP_PID, raising=False)
+    monkeypatch.setattr(Plugins.instance(), "instantiate_launcher", lambda **_: submitit_launcher.LocalLauncher())
+    recompute_sweeper.Sweeper(max_batch_size=None).setup(hydra_context=None, task_function=None, config=OmegaConf.create())
+    assert os.environ[runner.SWEEP_PID] == str(os.getpid())
+
+
+def test_a_job_ends_when_the_sweep_its_environment_names_dies():
+    sweep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    watch = "from experiments import runner; runner.exit_with_sweep(0.05); print('watching', flush=True); input()"
+    job = subprocess.Popen([sys.executable, "-c", watch], cwd=ROOT, env={**os.environ, runner.SWEEP_PID: str(sweep.pid)},
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline() == "watching\n"
+        sweep.kill()  # SIGKILL: no cleanup in the sweep process
+        sweep.wait()
+        assert job.wait(timeout=15) == 1, "the job outlived its sweep"
+    finally:
+        for process in (sweep, job):
+            process.kill()
+            process.wait()

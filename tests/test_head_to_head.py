@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import sys
 from typing import Iterable
 
 import pytest
@@ -156,3 +158,23 @@ def test_the_refined_plan_at_the_bars_time_is_the_smallest_fast_enough():
     [(method, knob, p)] = h.refined(g, tc, mc, lambda p: p.overhead < mc.overhead)
     assert (method, knob) == ("approxdp_mc refined", "at the bar's time")
     assert p.overhead < mc.overhead and h.step_peak(g, p.lower_sets) > h.step_peak(g, mc.lower_sets)
+
+
+@pytest.mark.parametrize("module, args, named", [
+    ("head_to_head", ["--budgets", "-3"], "argument --budgets: '-3' is not an integer from 1 up"),  # ran at paper scale
+    ("head_to_head", ["--jobs", "0"], "argument --jobs: '0' is not an integer from 1 up"),  # a traceback of the pool
+    ("head_to_head", ["--enough", "nan"], "argument --enough: 'nan' is not a number above 0"),
+    ("head_to_head_cuda", ["--budgets", "1.5"], "argument --budgets: '1.5' is not a number from 0 to 1"),
+    ("head_to_head_cuda", ["--remat", "0.25", "-1"], "argument --remat: '-1' is not a number from 0 up, nor 'off'"),
+    ("compiled_memory", ["--budgets", "-0.5"], "argument --budgets: '-0.5' is not a number from 0 to 1"),
+    ("pytorch", ["--warmup", "-1"], "argument --warmup: '-1' is not an integer from 0 up"),
+    ("milp", ["--time-limit", "0"], "argument --time-limit: '0' is not a number above 0"),
+    ("corpus", ["--jobs", "0"], "argument --jobs: '0' is not an integer from 1 up"),
+    ("cpu_time", ["--rounds", "4", "--iterations", "3"], "--rounds 4 is more than --iterations 3"),
+])
+def test_a_benchmark_refuses_a_bad_count_before_any_work(monkeypatch, capsys, module, args, named):
+    """A usage error (argparse's, exit status 2) that names the argument, the value and what it takes."""
+    monkeypatch.setattr(sys, "argv", [f"{module}.py", *args])
+    with pytest.raises(SystemExit) as info:
+        importlib.import_module(f"benchmarks.{module}").main()
+    assert info.value.code == 2 and named in capsys.readouterr().err

@@ -86,6 +86,18 @@ def test_the_pass_never_raises_the_peak_and_adds_at_most_its_limit(model, inputs
                     made.add(step)
 
 
+@pytest.mark.parametrize("limit, error, named", [
+    (math.nan, ValueError, "limit must be a non-negative number of cost units .* or math.inf for no limit; got nan"),
+    (-1, ValueError, "got -1"),
+    ("5", TypeError, "limit must be a number of cost units .*, got a str '5'"),
+])
+def test_a_limit_that_is_no_number_of_cost_units_is_refused(limit, error, named):
+    """NaN fails every comparison with the cost added, so the pass would take it as no limit at all."""
+    g = recompute.trace(_FirstBlock(8), (torch.randn(2, 3, 32, 32),), loss_fn=default_loss)
+    with pytest.raises(error, match=named):
+        recompute.plan(g, "chen").with_peak_recompute(g, limit=limit)
+
+
 def test_sinking_and_computing_again_keep_what_each_step_reads():
     """A recomputation moves right before its first reader; a value computed again before a later
     read is read as the new copy from there on, the earlier reads keep the old one."""
@@ -131,6 +143,11 @@ def test_split_convolutions_trains_like_the_fused_op_and_names_what_it_splits():
         assert compare(model, recompute.execute(g, recompute.plan(g, "vanilla"), model), inputs).bitwise
     with pytest.raises(TypeError, match="split_convolutions must be True, False or a collection"):
         recompute.trace(model, inputs, split_convolutions="convolution_backward_1")
+    # a name that is no convolution backward of this step (misspelt, another model's) would split nothing
+    with pytest.raises(ValueError, match=r"split_convolutions names 'unknown', not a convolution backward of the "
+                                         r"traced step; its convolution backwards: convolution_backward, "
+                                         r"convolution_backward_1, convolution_backward_2 \("):
+        recompute.trace(model, inputs, split_convolutions=[names[-1], "unknown"])
     outer = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), _FirstBlock(8))
     twin = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), _FirstBlock(8))
     twin.load_state_dict(outer.state_dict())

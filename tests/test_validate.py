@@ -5,6 +5,7 @@ too large for it."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 
 import recompute
 from recompute import Graph, nets
+from recompute.plan import simulated_peak
 from recompute.planners.exhaustive import MAX_NODES, GraphTooLarge
 
 
@@ -115,6 +117,26 @@ def test_plan_needs_a_graph(chain):
     model, _, _ = chain
     with pytest.raises(TypeError, match=r"got a module of type Chain; trace the model first"):
         recompute.plan(model, "approxdp")
+
+
+def test_a_plan_of_another_graph_is_refused_before_it_runs(chain):
+    """Its lower sets name nodes of the other graph (a ``KeyError`` deep inside, or the wrong model's
+    step run without a word), or its schedule ops of the other graph's step."""
+    model, inputs, graph = chain
+    other = recompute.trace(*nets.build("skip", seed=0))
+    mine = recompute.plan(graph, "approxdp")
+    named = "this plan was made for another graph .*; plan this graph: recompute.plan"
+    for run in (lambda: recompute.execute(other, mine), lambda: mine.runs(other),
+                lambda: simulated_peak(other, mine), lambda: mine.with_in_place(other)):
+        with pytest.raises(ValueError, match=named):
+            run()
+    with pytest.raises(ValueError, match=rf"its lower sets cover {graph.n} nodes, this graph has {other.n}"):
+        recompute.execute(other, mine)
+    # a schedule over the other step's ops, under lower sets of this graph's size
+    borrowed = replace(recompute.plan(other, "approxdp"), schedule=mine.with_in_place(graph).schedule)
+    with pytest.raises(ValueError, match=r"its schedule names '\w+'.*, which this graph's step does not have"):
+        recompute.execute(other, borrowed)
+    assert recompute.execute(graph, mine)(*inputs) is not None  # its own graph's plan runs
 
 
 def test_an_unknown_cost_model_is_named_before_tracing(chain):
