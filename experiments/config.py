@@ -29,7 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 import recompute
 from recompute import baselines, nets
 from recompute.memory_model import MemoryModel
-from recompute.plan import Door, methods, spec
+from recompute.plan import AUTO, Door, default_cost_model, methods, spec
 
 from .results import StoreError, check_writable
 
@@ -106,7 +106,7 @@ class MethodConfig:
     options: dict[str, Any] = field(default_factory=dict)
     # trace the step with each convolution's backward as two ops, the weight's gradient first, so that
     # its input can be freed or recomputed before the input's gradient is made (recompute.trace); ours only
-    split_convolutions: bool = False
+    split_convolutions: Optional[bool] = None  # None: off, but for method=auto, which splits where the peak needs it
     # also compute cheap values the backward reads early and much later once more before the later
     # read, where that lowers the peak (recompute.Plan.with_late_recompute); ours only, not the baselines'
     recompute_late: bool = False
@@ -161,7 +161,7 @@ class AppConfig:
     batch_size: int = "${net.batch_size}"  # type: ignore[assignment]  # interpolations are typed on resolve
     input_size: int = "${net.input_size}"  # type: ignore[assignment]
     device: Device = Device.auto
-    cost_model: CostModel = CostModel.paper
+    cost_model: Optional[CostModel] = None  # None: measured for method=auto (its time allowance), paper otherwise
     memory_model: MemoryModel = MemoryModel.simulator  # for the planners that search under one (uses_memory_model)
     budget_gb: Optional[float] = None  # None: the planner's smallest feasible budget
     device_memory_gb: Optional[float] = None  # a cap: runs predicted/measured above it are status=oom
@@ -261,10 +261,15 @@ def _flag_problems(overrides: Sequence[str]) -> list[str]:
     command line: OmegaConf reads every integer but 0, and yes/on, as true, so ``method.in_place=-1``
     would run in place without a word. The composed config holds only the bool it made of the value,
     so the overrides are read."""
-    flags = {key for key, hint in _schema_keys(AppConfig) if hint is bool}
-    return [f"{o.input_line}: not a boolean (OmegaConf would take it for one without a word); allowed: true, false"
-            for o in OverridesParser.create().parse_overrides(list(overrides))
-            if o.key_or_group in flags and not o.is_delete() and not isinstance(o.value(), bool)]
+    flags = {key: hint for key, hint in _schema_keys(AppConfig) if hint in (bool, Optional[bool])}
+    problems = []
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        hint = flags.get(o.key_or_group)
+        if hint is None or o.is_delete() or isinstance(o.value(), bool) or (hint is not bool and o.value() is None):
+            continue
+        allowed = "true, false" if hint is bool else "true, false, null"
+        problems.append(f"{o.input_line}: not a boolean (OmegaConf would take it for one without a word); allowed: {allowed}")
+    return problems
 
 
 INT64_MAX = 2**63 - 1  # the largest tensor size
@@ -315,6 +320,12 @@ def uses_memory_model(exp: AppConfig) -> bool:
     return exp.method.planner in methods() and spec(exp.method.planner).simulator_default
 
 
+def cost_model(exp: AppConfig) -> str:
+    """The cost model the run prices T_v by: the one given, else ``measured`` for ``auto`` (its time
+    allowance is in the device's seconds) and ``paper`` for the paper's planners."""
+    return exp.cost_model.value if exp.cost_model is not None else default_cost_model(exp.method.planner)
+
+
 def plan_options(exp: AppConfig) -> dict[str, Any]:
     """The keyword options ``recompute.plan`` (or the baseline) gets: ``method.options``, plus the
     memory model for the planners that search under one."""
@@ -332,6 +343,9 @@ def _method_problems(exp: AppConfig) -> list[str]:
     if name in baselines.names() and exp.method.rewrites():
         return [f"method.{flag} ({exp.method.name}): it changes a plan's step, and {name!r} is "
                 "PyTorch's own method, which runs none; allowed: false" for flag in exp.method.rewrites()]
+    if name == AUTO and (chosen := [flag for flag in exp.method.rewrites() if flag != "split_convolutions"]):
+        return [f"method.{flag} ({exp.method.name}): auto chooses the schedule rewrites itself, keeping each where "
+                "it lowers the peak; allowed: false (or a planner, e.g. method=approxdp_mc)" for flag in chosen]
     if name in baselines.names():
         entry = baselines.spec(name)
         checks = {"method.strategy": lambda: entry.check(strategy=strategy),
@@ -388,6 +402,7 @@ def experiment_dict(exp: AppConfig) -> dict[str, Any]:
     for flag in SCHEDULE_REWRITES:
         if not getattr(exp.method, flag):
             d["method"].pop(flag)  # off: the key of the records made before the option existed
+    d["cost_model"] = cost_model(exp)  # resolved: a record says what priced it
     d["device"] = memory_backend(exp.device)
     d["timing"]["backend"] = time_backend(exp)
     return d

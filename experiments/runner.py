@@ -33,13 +33,14 @@ from recompute.baselines import Unsupported
 from recompute.exactness import compare
 from recompute.measure import default_loss
 from recompute.memory_model import MemoryModel
-from recompute.plan import spec
+from recompute.plan import AUTO, spec
+from recompute.planners.auto import choose
 from recompute.planners.dp import TooManyLowerSets
 from recompute.planners.exhaustive import GraphTooLarge
 
 from . import results
-from .config import (GIB, SCHEDULE_REWRITES, AppConfig, experiment_dict, experiment_key, is_baseline, memory_backend,
-                     plan_options, time_backend, uses_memory_model)
+from .config import (GIB, SCHEDULE_REWRITES, AppConfig, cost_model, experiment_dict, experiment_key, is_baseline,
+                     memory_backend, plan_options, time_backend, uses_memory_model)
 from .record import RecordError, RunRecord, Status
 from .tracking import wandb_run
 
@@ -118,11 +119,26 @@ def _setup(exp: AppConfig, backend: str, batch: int, size: int) -> tuple[torch.n
     return model, inputs
 
 
-def _plan(exp: AppConfig, graph: recompute.Graph, budget: int | None) -> recompute.Plan:
+def _traced_and_planned(exp: AppConfig, model: torch.nn.Module, inputs: tuple, budget: int | None,
+                        where: str = "") -> tuple[recompute.Graph, recompute.Plan]:
+    """The step traced with the loss ``measure`` applies (so that the plan's simulated peak is the
+    measured one) and planned: by the planner with the rewrites asked for, or, for ``auto``, with the
+    convolution splits it chooses (:func:`recompute.planners.auto.choose`)."""
+
+    def trace_at(split: bool | frozenset[str]) -> recompute.Graph:
+        return _timed(f"trace{where}", recompute.trace, model, inputs, cost_model=cost_model(exp), loss_fn=default_loss,
+                      split_convolutions=split)
+
+    if exp.method.planner == AUTO:
+        return _timed(f"plan {exp.method.name}", choose, trace_at, budget=budget,
+                      split_convolutions=exp.method.split_convolutions, **plan_options(exp))
+    graph = trace_at(bool(exp.method.split_convolutions))
+    # numba's once-per-process load of the planner's kernels, apart from its solve (recompute.kernels)
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
-    plan = recompute.plan(graph, exp.method.planner, strategy=strategy, budget=budget, **plan_options(exp))
-    return plan.with_rewrites(graph, recompute_late=exp.method.recompute_late,
-                              recompute_at_peak=exp.method.recompute_at_peak, in_place=exp.method.in_place)
+    plan = _timed(f"plan {exp.method.name}", recompute.plan, graph, exp.method.planner, strategy=strategy, budget=budget,
+                  **plan_options(exp))
+    return graph, plan.with_rewrites(graph, recompute_late=exp.method.recompute_late,
+                                     recompute_at_peak=exp.method.recompute_at_peak, in_place=exp.method.in_place)
 
 
 def _baseline(exp: AppConfig, model: torch.nn.Module) -> torch.nn.Module:
@@ -159,10 +175,6 @@ def _timed(label: str, fn, *args, **kwargs):
 def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompute.Measurement | None, recompute.Measurement | None]:
     """Fill the memory fields of ``rec``; returns the (vanilla, method) measurements for reuse as timings."""
     model, inputs = _timed(f"build {exp.net.name.value} b={exp.batch_size} {exp.input_size}²", _setup, exp, backend, exp.batch_size, exp.input_size)
-    # traced with the loss ``measure`` applies, so that the plan's simulated peak is the measured one
-    graph = _timed("trace", recompute.trace, model, inputs, cost_model=exp.cost_model.value, loss_fn=default_loss,
-                   split_convolutions=exp.method.split_convolutions)
-    rec.set_graph(graph)
     cap = int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None
 
     try:
@@ -176,6 +188,8 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
         rec.set_vanilla_oom(e, sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]))
 
     if is_baseline(exp):
+        # its graph (#V, #E, ...) is recorded as a planner's is: traced as it runs, not planned
+        rec.set_graph(_timed("trace", recompute.trace, model, inputs, cost_model=cost_model(exp), loss_fn=default_loss))
         wrapped = _baseline(exp, model)
         method = _timed(f"measure {exp.method.name}", _measure, exp, model, inputs, backend, wrapped)
         rec.set_method(method, vanilla, cap)
@@ -186,7 +200,8 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
     rec.budget = int(exp.budget_gb * GIB) if exp.budget_gb is not None else None
     # numba's once-per-process load of the planner's kernels, apart from its solve (recompute.kernels)
     rec.kernel_seconds = _timed("load the planner's kernels", kernels.load, [exp.method.planner]).seconds
-    plan = _timed(f"plan {exp.method.name}", _plan, exp, graph, rec.budget)
+    graph, plan = _traced_and_planned(exp, model, inputs, rec.budget)
+    rec.set_graph(graph)
     rec.set_plan(plan)
     if cap is not None and backend != "fake" and rec.predicted_total_bytes > cap:
         # on a real device, do not provoke the OOM the plan already predicts
@@ -215,11 +230,10 @@ def _time_stage(exp: AppConfig, rec: RunRecord, backend: str, batch: int, size: 
         if rec.exactness is None:
             _check_exactness(exp, rec, model, inputs, wrapped)
         return vanilla, method
-    graph = _timed(f"trace for timing ({backend}, b={batch}, {size}²)", recompute.trace, model, inputs, cost_model=exp.cost_model.value,
-                   loss_fn=default_loss, split_convolutions=exp.method.split_convolutions)
     # an explicit budget is for the memory-scale graph; at another size use the planner's smallest
     same_size = (batch, size) == (exp.batch_size, exp.input_size)
-    plan = _plan(exp, graph, rec.budget if same_size else None)
+    graph, plan = _traced_and_planned(exp, model, inputs, rec.budget if same_size else None,
+                                      f" for timing ({backend}, b={batch}, {size}²)")
     executor = recompute.execute(graph, plan)
     vanilla = _timed(f"time vanilla on {backend}", _measure, exp, model, inputs, backend)
     method = _timed(f"time {exp.method.name} on {backend}", _measure, exp, model, inputs, backend, executor)
@@ -255,7 +269,7 @@ def new_record(exp: AppConfig) -> RunRecord:
         memory_backend=mem, time_backend=tb,
         time_batch_size=(exp.timing.batch_size or exp.batch_size) if tb else None,
         time_input_size=(exp.timing.input_size or exp.input_size) if tb else None,
-        cost_model=exp.cost_model.value, memory_model=exp.memory_model.value if uses_memory_model(exp) else None,
+        cost_model=cost_model(exp), memory_model=exp.memory_model.value if uses_memory_model(exp) else None,
         seed=exp.seed, iterations=exp.iterations, warmup=exp.warmup,
         device_memory_bytes=int(exp.device_memory_gb * GIB) if exp.device_memory_gb is not None else None,
         config=experiment_dict(exp), git_commit=git_commit(), torch_version=torch.__version__,

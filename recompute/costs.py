@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .fxnodes import output_tensors
-from .timing import TimeModel, node_call
+from .timing import TimeCache, TimeModel, node_call
 
 __all__ = ["COST_MODELS", "cost"]
 
@@ -83,12 +83,17 @@ def measured_cost(program: Any, *, device: str | torch.device | None = None, rep
     given, timed alone on real tensors on ``device`` (``None``: the device the graph was traced on, so a
     run is planned with its own device's times), the median of ``repeats`` calls. A planner given the
     time model a comparison is judged by minimises the very seconds it reports. Each op's seconds are
-    kept on the program (``op_seconds``): the price of recomputing it alone (:mod:`recompute.remat`)."""
+    kept on the program (``op_seconds``): the price of recomputing it alone (:mod:`recompute.remat`), and
+    the time model too (``time_model``), which prices the backward's ops and whole schedules
+    (:func:`recompute.steptime.step_time`). Timed here, the keys go to the device's
+    :meth:`~recompute.timing.TimeCache.default` cache, and keys timed by an earlier process are read from it."""
     if time_model is None:
-        time_model = TimeModel(torch.device(device) if device is not None else _traced_device(program), repeats=repeats)
+        where = torch.device(device) if device is not None else _traced_device(program)
+        time_model = TimeModel(where, repeats=repeats, cache=TimeCache.default(where))
     named = [[(n.name, c) for n in nodes if (c := node_call(n)) is not None] for nodes in program.members]
     seconds = time_model.costs([c for group in named for _, c in group])
     program.op_seconds = dict(zip((name for group in named for name, _ in group), seconds))
+    program.time_model = time_model
     out = [max(1, round(sum(program.op_seconds[name] for name, _ in group) * 1e9)) for group in named]
     return np.asarray(out, dtype=np.int64)
 

@@ -62,7 +62,7 @@ from .convsplit import split_convolution_backwards
 from .fxnodes import output_tensors, runs_once
 from .graph import Graph
 from .joint import JointProgram
-from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
+from .plan import AUTO, Door, Plan, default_cost_model, plan, spec
 from .remat import recompute_late, rematerialize
 from .schedule import Instance, Schedule
 from .simulate import simulate, simulate_partition
@@ -108,18 +108,20 @@ class Backend:
 
     def __init__(self, method: str, strategy: str | None, budget: int | None, runtime: str, cost_model: str,
                  remat: float | None, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
-                 split_convolutions: bool = False):
+                 split_convolutions: bool | None = False, rewrites: dict[str, bool] | None = None):
         self.method, self.strategy, self.budget, self.runtime = method, strategy, budget, runtime
         self.cost_model, self.remat, self.plan_options = cost_model, remat, plan_options
         self.split_convolutions = split_convolutions
+        self.rewrites = dict(rewrites or {})
         self.cost_options = dict(cost_options or {})
         self.partitions: list[Partition] = []
 
     def __repr__(self) -> str:  # dynamo names the backend by it in its errors
         options = "".join(f", {k}={v!r}" for k, v in self.plan_options.items())
+        rewrites = "".join(f", {k}={v!r}" for k, v in self.rewrites.items() if v)
         return (f"recompute.backend({self.method!r}, strategy={self.strategy!r}, budget={self.budget!r}, "
                 f"runtime={self.runtime!r}, cost_model={self.cost_model!r}, remat={self.remat!r}, "
-                f"split_convolutions={self.split_convolutions!r}{options})")
+                f"split_convolutions={self.split_convolutions!r}{rewrites}{options})")
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if self.runtime == "eager":
@@ -139,7 +141,11 @@ class Backend:
         g = graph_of(joint, cost_model=self.cost_model, workspaces=("cuda", "cpu") if self.runtime == "eager" else (),
                      **self.cost_options)
         p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-        part = partition_of(g, p, num_fwd_outputs, self.remat, self.split_convolutions)
+        p = p.with_rewrites(g, **self.rewrites)
+        part = partition_of(g, p, num_fwd_outputs, self.remat, bool(self.split_convolutions))
+        if self.split_convolutions is None:  # auto: split where that lowers the step's peak
+            split = with_split_convolutions(part)
+            part = split if split.peak < part.peak else part
         self.partitions.append(part)
         return part.forward, part.backward
 
@@ -172,7 +178,8 @@ def partition_of(g: Graph, p: Plan, num_fwd_outputs: int, remat: float | None = 
     simulated peak does not rise, so that a budget still bounds it, and again before late reads in
     the backward where that lowers the peak; with ``split_convolutions``, the backward's convolution
     backwards split where that frees their input earlier, :func:`split_convolution_backwards`)."""
-    s = _kept_from_forward(g.program, p.runs(g))
+    # the modules free each value after its last read; they write no output into an input's storage
+    s = _kept_from_forward(g.program, replace(p.runs(g), into={}))
     peak = simulate(g.program, s).peak
     if remat is not None:
         cheaper = rematerialize(g.program, s, weight=remat)
@@ -390,22 +397,32 @@ def _out(o: Any, env: dict[Instance, fx.Node]) -> Any:
 
 
 def backend(
-    method: str = DEFAULT_METHOD,
+    method: str = AUTO,
     *,
     strategy: str | None = None,
     budget: int | None = None,
     runtime: str = "eager",
-    cost_model: str = "paper",
+    cost_model: str | None = None,
     cost_options: dict[str, Any] | None = None,
     remat: float | None = None,
-    split_convolutions: bool = False,
+    split_convolutions: bool | None = None,
+    recompute_late: bool | None = None,
+    in_place: bool | None = None,
+    recompute_at_peak: bool | None = None,
     **plan_options: Any,
 ) -> Backend:
     """A ``torch.compile`` backend that trains with the plan of ``method`` (see the module docstring).
 
-    The arguments are :func:`recompute.optimize`'s: ``budget`` in bytes bounds the simulated peak of
+    The arguments are :func:`recompute.optimize`'s, and so are the defaults: ``method="auto"`` plans each
+    compiled graph for the least peak within ``max_time`` (a plan option, 1.3) × its plain step's
+    modelled time, or the least time within ``budget`` (bytes), choosing the schedule rewrites itself
+    and splitting convolution backwards where that lowers the partition's peak
+    (``split_convolutions=None``). Another planner: ``budget`` in bytes bounds the simulated peak of
     each compiled graph (None: the smallest feasible); ``strategy`` and ``plan_options`` are the
-    planner's, its own defaults where not given. ``runtime`` is ``"eager"`` (op by op, no compiler
+    planner's, its own defaults where not given; ``recompute_late``, ``recompute_at_peak`` and
+    ``in_place`` rewrite its schedule as :meth:`Plan.with_rewrites` does (the modules free every value
+    after its last read; an op run in place is priced so but writes a new tensor: the runtime's
+    allocator reuses the freed one). ``runtime`` is ``"eager"`` (op by op, no compiler
     needed) or ``"inductor"``. ``cost_options`` go to the cost model (e.g. ``measured``'s ``time_model``,
     :mod:`recompute.costs`). ``remat`` (a weight w ≥ 0; None: off) also recomputes cheap ops
     (pointwise, views, concatenations) in the backward where that keeps more than w bytes per byte
@@ -415,11 +432,21 @@ def backend(
     option fails before compiling; planning happens when dynamo compiles.
     """
     check_budget(budget)
+    cost_model = default_cost_model(method) if cost_model is None else cost_model
     check_cost_model(cost_model, cost_options)
     if remat is not None and not (isinstance(remat, (int, float)) and not isinstance(remat, bool) and remat >= 0):
         raise ValueError(f"remat must be None (off) or a weight ≥ 0 (0: recompute wherever it keeps fewer bytes), got {remat!r}")
-    check_flag("split_convolutions", split_convolutions)
+    given = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place}
+    for flag, on in {**given, "split_convolutions": split_convolutions}.items():
+        if on is not None:
+            check_flag(flag, on)
+    if method == AUTO and (chosen := [flag for flag, on in given.items() if on is not None]):
+        raise ValueError(f"method 'auto' chooses the schedule rewrites itself, keeping each where it lowers the peak; "
+                         f"leave {', '.join(chosen)} out, or name a planner to apply them to "
+                         "(method='approxdp', strategy='tc'|'mc')")
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)
-    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options, split_convolutions)
+    split = split_convolutions if method == AUTO else bool(split_convolutions)
+    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options, split,
+                   {flag: bool(on) for flag, on in given.items()})

@@ -14,7 +14,8 @@ from . import baselines
 from .baselines import BaselineModule
 from .execute import Executor
 from .graph import Graph
-from .plan import DEFAULT_METHOD, Door, Plan, plan, spec
+from .plan import AUTO, Door, Plan, default_cost_model, plan, spec
+from .planners.auto import choose
 from .trace import trace
 from .validate import check_arguments, check_budget, check_cost_model, check_flag, check_inputs, check_model, describe
 from .wrapper import ModelWrapper, model_signature
@@ -42,7 +43,7 @@ class RecomputeModule(ModelWrapper):
     def __init__(self, model: torch.nn.Module, *, method: str, strategy: str | None, budget: int | None,
                  cost_model: str, plan_options: dict[str, Any], cost_options: dict[str, Any] | None = None,
                  recompute_late: bool = False, in_place: bool = False, recompute_at_peak: bool = False,
-                 split_convolutions: bool = False):
+                 split_convolutions: bool | None = False):
         super().__init__(model)
         self.method, self.strategy, self.budget, self.recompute_late = method, strategy, budget, recompute_late
         self.in_place, self.recompute_at_peak, self.split_convolutions = in_place, recompute_at_peak, split_convolutions
@@ -99,11 +100,18 @@ class RecomputeModule(ModelWrapper):
                 del self._executors[oldest]
             # a call with keyword or non-tensor arguments is traced as the model called with them fixed
             module = self.model if layout == _positional(len(tensors)) else _Call(self.model, layout)
-            g = trace(module, tensors, cost_model=self.cost_model, split_convolutions=self.split_convolutions,
-                      **self.cost_options)
-            p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-            p = p.with_rewrites(g, recompute_late=self.recompute_late, recompute_at_peak=self.recompute_at_peak,
-                                in_place=self.in_place)
+
+            def trace_at(split: bool | frozenset[str]) -> Graph:
+                return trace(module, tensors, cost_model=self.cost_model, split_convolutions=split, **self.cost_options)
+
+            if self.method == AUTO:
+                g, p = choose(trace_at, budget=self.budget, split_convolutions=self.split_convolutions,
+                              **self.plan_options)
+            else:
+                g = trace_at(bool(self.split_convolutions))
+                p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
+                p = p.with_rewrites(g, recompute_late=self.recompute_late, recompute_at_peak=self.recompute_at_peak,
+                                    in_place=self.in_place)
             self._executors[key] = Executor(g, p, module)
             self._traced += 1
         self.last, self._last_key = self._executors[key], key
@@ -240,26 +248,40 @@ def optimize(
     model: torch.nn.Module,
     example_inputs: tuple[Any, ...] | torch.Tensor | None = None,
     *,
-    method: str = DEFAULT_METHOD,
+    method: str = AUTO,
     strategy: str | None = None,
     budget: int | None = None,
-    cost_model: str = "paper",
+    cost_model: str | None = None,
     cost_options: dict[str, Any] | None = None,
-    recompute_late: bool = False,
-    in_place: bool = False,
-    recompute_at_peak: bool = False,
-    split_convolutions: bool = False,
+    recompute_late: bool | None = None,
+    in_place: bool | None = None,
+    recompute_at_peak: bool | None = None,
+    split_convolutions: bool | None = None,
     **plan_options: Any,
 ) -> RecomputeModule | BaselineModule:
-    """Return a module that trains ``model`` with the plan of ``method`` (default: approximate DP, at
-    the smallest feasible budget when ``budget`` is None).
+    """Return a module that trains ``model`` with the plan of ``method``.
 
-    ``strategy`` and ``plan_options`` are the planner's (``recompute.plan.spec(method)``): a planner
+    By default (``method="auto"``, :mod:`recompute.planners.auto`) the plan a user should run: the
+    least peak among the exact schedules whose step is modelled to take at most ``max_time`` (a
+    plan option, default 1.3) × plain training's time, or, given ``budget`` (the memory budget in
+    bytes), the least time within it. Every rewrite is considered and kept only where it lowers the
+    peak (in place, late, at the peak; convolution backwards split where the peak needs it and the
+    split gives the fused op's values bitwise), so ``recompute_late``, ``in_place`` and
+    ``recompute_at_peak`` are left to it (None); ``split_convolutions=False``/``True`` splits none or
+    every one. Time is priced by the ``measured`` cost model (``cost_model=None``): the step's ops
+    timed on the device the model is on, once per op and shape (cached on disk,
+    :class:`recompute.timing.TimeCache`); ``cost_model="paper"`` prices by the paper's units (10 per
+    convolution, 1 otherwise, a backward at twice its forward: :mod:`recompute.steptime`).
+
+    Any other ``method`` is that planner's plan (the paper's: ``approxdp`` at the smallest feasible
+    budget when ``budget`` is None), with the rewrites asked for (None: off). ``strategy`` and
+    ``plan_options`` are the planner's (``recompute.plan.spec(method)``): a planner
     takes only what its registry entry lists, and one it does not take is refused here, naming it.
     What is not given takes the planner's own default, the same as through :func:`recompute.plan`,
     :func:`recompute.backend` and the app (the DPs: ``strategy="tc"``, ``memory_model`` the
     simulator, so that the plan's peak is the simulated one of the step that runs). ``cost_model``
-    prices T_v (:mod:`recompute.costs`), with ``cost_options`` (e.g. ``measured``'s ``repeats``).
+    prices T_v (:mod:`recompute.costs`; None: the paper's for its planners), with ``cost_options``
+    (e.g. ``measured``'s ``repeats``).
     ``recompute_late`` also computes cheap values the backward reads early and much later once more
     before the later read, where that lowers the step's peak (:meth:`Plan.with_late_recompute`).
     ``in_place`` frees each value at its last use and runs each pointwise op whose input dies there in
@@ -286,10 +308,17 @@ def optimize(
     check_model(model)
     check_arguments(example_inputs)
     check_budget(budget)
+    cost_model = default_cost_model(method) if cost_model is None else cost_model
     check_cost_model(cost_model, cost_options)
-    rewrites = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place}
-    for flag, on in {**rewrites, "split_convolutions": split_convolutions}.items():
-        check_flag(flag, on)
+    given = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place}
+    for flag, on in {**given, "split_convolutions": split_convolutions}.items():
+        if on is not None:
+            check_flag(flag, on)
+    if method == AUTO and (chosen := [flag for flag, on in given.items() if on is not None]):
+        raise ValueError(f"method 'auto' chooses the schedule rewrites itself, keeping each where it lowers the peak; "
+                         f"leave {', '.join(chosen)} out, or name a planner to apply them to "
+                         "(method='approxdp', strategy='tc'|'mc')")
+    rewrites = {flag: bool(on) for flag, on in given.items()}
     if method in baselines.names():
         for flag, on in rewrites.items():
             if on:
@@ -305,8 +334,7 @@ def optimize(
     spec(method).check(Door.optimize, strategy=strategy, budget=budget, options=plan_options)
     wrapped = RecomputeModule(model, method=method, strategy=strategy, budget=budget,
                               cost_model=cost_model, plan_options=plan_options, cost_options=cost_options,
-                              recompute_late=recompute_late, in_place=in_place, recompute_at_peak=recompute_at_peak,
-                              split_convolutions=split_convolutions)
+                              **rewrites, split_convolutions=split_convolutions if method == AUTO else bool(split_convolutions))
     wrapped.train(model.training)
     if example_inputs is not None:
         wrapped.prepare(*((example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs))

@@ -168,8 +168,9 @@ def _solved_once(c: JointCapture) -> Callable[..., tuple[list[fx.Node], Any]]:
 
 
 def our_partition(c: JointCapture, method: str = DEFAULT_METHOD, **options: Any) -> tuple[fx.GraphModule, fx.GraphModule, Partition]:
-    """``recompute.backend(method, **options)``'s partition of the captured joint graph, and its record."""
-    b: Backend = backend(method, **options)
+    """``recompute.backend(method, **options)``'s partition of the captured joint graph, and its record
+    (priced by the paper's costs unless ``cost_model`` says otherwise: a capture may be on the meta device)."""
+    b: Backend = backend(method, **{"cost_model": "paper", **options})
     joint = c.copy()
     with _fake_mode(c):
         fw, bw = b.partition(joint, c.joint_inputs, **c.partition_kwargs())

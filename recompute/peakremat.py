@@ -189,10 +189,11 @@ def _waiting(s: Schedule, ix: _Index, peak_step: int) -> list[tuple[Instance, in
 
 
 def recompute_at_peak(g: "Graph", s: Schedule, *, limit: float = math.inf, max_ops: int = 8,
-                      simulated: Callable[[Schedule], Simulation] | None = None) -> Schedule:
+                      simulated: Callable[[Schedule], Simulation] | None = None, target: int = 0) -> Schedule:
     """``s`` with recomputations sunk to their readers and values waiting across the peak computed
-    again after it, while that lowers the peak and adds at most ``limit`` to Σ T_v of the
-    recomputations (see the module docstring); ``s`` without its holds where nothing lowers it.
+    again after it, while that lowers the peak, the peak is above ``target`` bytes and the added
+    recomputation stays within ``limit`` of Σ T_v (see the module docstring); ``s`` without its holds
+    where nothing lowers it.
     ``simulated``: the simulation the peaks are judged by (default :func:`recompute.simulate.simulate`;
     for a step run in place, the simulation of the schedule :func:`recompute.inplace.in_place` makes)."""
     p = g.program
@@ -207,7 +208,7 @@ def recompute_at_peak(g: "Graph", s: Schedule, *, limit: float = math.inf, max_o
     if score(settled := judge(t := sunk(p, s))) <= score(sim):
         s, sim = t, settled
     table = joint_table(p.joint)
-    while True:
+    while sim.peak > target:
         ix = _Index.of(p, s)
         spent = sum(int(g.time[v]) for v, _ in ix.again)
         tried = []
@@ -229,6 +230,7 @@ def recompute_at_peak(g: "Graph", s: Schedule, *, limit: float = math.inf, max_o
                 break
         else:
             return s
+    return s
 
 
 def needed_splits(p: "Program", s: Schedule, simulated: Callable[[Schedule], Simulation]) -> frozenset[str]:

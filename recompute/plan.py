@@ -20,10 +20,17 @@ from .simulate import simulate
 from .validate import check_budget, check_graph, check_limit, check_made_for, check_options, keyword_options
 
 __all__ = ["Plan", "PlannerSpec", "Door", "Unserved", "InfeasibleBudget", "register", "plan", "methods", "spec",
-           "simulated_peak", "STRATEGIES", "DEFAULT_METHOD"]
+           "simulated_peak", "STRATEGIES", "DEFAULT_METHOD", "AUTO", "default_cost_model"]
 
 STRATEGIES = ("tc", "mc")
-DEFAULT_METHOD = "approxdp"  # every door's default planner (plan, optimize, backend, partitions)
+DEFAULT_METHOD = "approxdp"  # the default planner of the doors that plan a graph (plan, partitions): the paper's
+AUTO = "auto"  # the default of the doors that wrap a model (optimize, backend): recompute.planners.auto
+
+
+def default_cost_model(method: str) -> str:
+    """The cost model a door prices T_v by where none is given: the device's seconds for ``auto``, whose
+    goal is a time allowance (:mod:`recompute.steptime`), the paper's units for the paper's planners."""
+    return "measured" if method == AUTO else "paper"
 
 
 class InfeasibleBudget(ValueError):
@@ -62,6 +69,8 @@ class Plan:
             more than once (:mod:`recompute.planners.multirecompute`; such a plan carries the trivial
             sequence [V] and the schedule says what runs), or it is a lower-set plan's canonical
             schedule rewritten (:meth:`with_rewrites`). ``None`` for a lower-set plan.
+        time_ratio: the modelled time of the step that runs ÷ plain training's
+            (:mod:`recompute.steptime`), where the planner priced it (``auto``); ``None`` otherwise.
     """
 
     method: str
@@ -78,6 +87,7 @@ class Plan:
     info: dict[str, Any] = field(default_factory=dict)
     memory_model: MemoryModel = MemoryModel.paper
     schedule: Schedule | None = field(default=None, repr=False)
+    time_ratio: float | None = None
 
     @classmethod
     def from_sequence(
@@ -170,10 +180,12 @@ class Plan:
         return replace(self, schedule=written, peak=simulate(graph.program, written).peak,
                        info={**self.info, "in place": len(written.into)})
 
-    def with_peak_recompute(self, graph: Graph, *, limit: float = math.inf, then_in_place: bool = False) -> "Plan":
+    def with_peak_recompute(self, graph: Graph, *, limit: float = math.inf, then_in_place: bool = False,
+                            target: int = 0) -> "Plan":
         """This plan with each recomputation run right before its first reader and the values it holds
-        across its peak computed again after it, while the simulated peak falls and the added
-        recomputation stays within ``limit`` (in T_v units; :func:`recompute.peakremat.recompute_at_peak`).
+        across its peak computed again after it, while the simulated peak falls (to ``target`` bytes at
+        the least) and the added recomputation stays within ``limit`` (in T_v units;
+        :func:`recompute.peakremat.recompute_at_peak`).
         Values are freed at their last use. A value may now be recomputed more than once: VGG-19's
         memory-centric step run in place (batch 64, 224², split convolution backwards) 3.85 → 3.18
         GiB for 36 more cost units (its own: 189). ``then_in_place``: the peaks judged are those of
@@ -183,7 +195,7 @@ class Plan:
             raise ValueError("recomputing at the peak rewrites the step's schedule: plan a traced graph (recompute.trace)")
         p, runs = graph.program, self.runs(graph)
         judge = simulated_in_place(p) if then_in_place else None
-        found = peakremat.recompute_at_peak(graph, runs, limit=limit, simulated=judge)
+        found = peakremat.recompute_at_peak(graph, runs, limit=limit, simulated=judge, target=target)
         added = recomputation_cost(graph, found) - recomputation_cost(graph, runs)
         return replace(self, schedule=found, peak=simulate(p, found).peak, overhead=self.overhead + added,
                        info={**self.info, "recomputed at the peak": added})

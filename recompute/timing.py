@@ -31,9 +31,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import hashlib
+import json
+import os
+import platform
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -44,7 +50,7 @@ from torch.utils._pytree import tree_map
 from .fxnodes import written_into
 
 
-__all__ = ["OpKey", "OpCall", "TimeModel", "BatchExtrapolation", "node_call", "fill", "module_calls", "schedule_calls",
+__all__ = ["OpKey", "OpCall", "TimeModel", "TimeCache", "BatchExtrapolation", "node_call", "fill", "module_calls", "schedule_calls",
            "Recorder", "StepTimer", "CLOCKS"]
 
 
@@ -255,6 +261,75 @@ def fill(table: dict[OpKey, Any], calls: Iterable[OpCall], measure: Callable[[Op
                     raise RuntimeError(f"{what} {key.op} with arguments {key.args} failed: {e}") from e
 
 
+class TimeCache:
+    """Op timings kept on disk, per device: a JSON file ``{op: {args: seconds}}`` under ``directory``
+    named after what the timings depend on (the device's name, the torch version, the thread count,
+    the clock), so that a process on the same machine reads what an earlier one timed instead of
+    timing it again. Written atomically (a whole file replaces the old one); two processes writing at
+    once may lose one's new keys, which are then timed again, never half a file.
+
+    :meth:`default` is the cache :func:`recompute.costs.measured_cost` uses: the directory named by
+    ``RECOMPUTE_CACHE_DIR`` (empty: no cache), else ``$XDG_CACHE_HOME/recompute`` (``~/.cache/recompute``).
+    """
+
+    def __init__(self, directory: str | Path, device: torch.device, clock: str = "wall"):
+        self.path = Path(directory) / f"times-{_fingerprint(device, clock)}.json"
+        self._loaded: dict[str, dict[str, float]] | None = None
+
+    @classmethod
+    def default(cls, device: torch.device, clock: str = "wall") -> "TimeCache | None":
+        where = os.environ.get("RECOMPUTE_CACHE_DIR")
+        if where is None:
+            where = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recompute")
+        return cls(where, device, clock) if where else None
+
+    def _table(self) -> dict[str, dict[str, float]]:
+        if self._loaded is None:
+            try:
+                self._loaded = json.loads(self.path.read_text())
+            except (OSError, ValueError):  # none yet, or unreadable: timed again, and written anew
+                self._loaded = {}
+        return self._loaded
+
+    def read(self, keys: Iterable[OpKey]) -> dict[OpKey, float]:
+        """The seconds of those ``keys`` the cache holds."""
+        table = self._table()
+        return {k: table[k.op][k.args] for k in keys if k.args in table.get(k.op, ())}
+
+    def write(self, seconds: dict[OpKey, float]) -> None:
+        """Add ``seconds`` to the file (what another process wrote meanwhile is kept); a cache that
+        cannot be written is left as it is: the timings stay in the process."""
+        if not seconds:
+            return
+        self._loaded = None
+        table = self._table()
+        for k, v in seconds.items():
+            table.setdefault(k.op, {})[k.args] = v
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(table, f)
+                os.replace(tmp, self.path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)  # gone once replaced; a failed write's half file otherwise
+
+
+def _fingerprint(device: torch.device, clock: str) -> str:
+    """A short hash of what op timings depend on besides the op: the device, torch, threads, clock."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+        with contextlib.suppress(OSError):
+            name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                         if line.startswith("model name")), name)
+    what = f"{device.type}|{name}|{torch.__version__}|{torch.get_num_threads()}|{os.cpu_count()}|{clock}"
+    return hashlib.blake2b(what.encode(), digest_size=8).hexdigest()
+
+
 class TimeModel:
     """Seconds per :class:`OpKey`, measured on ``device`` in a step (:meth:`observe`) or alone
 (:meth:`measure`); :meth:`seconds` sums a list of calls.
@@ -280,6 +355,8 @@ class TimeModel:
             kernel's set-up, which a training step pays once: oneDNN builds a primitive for each new
             configuration, and VGG-19's first convolution's weight gradient alone at batch 2 (224²)
             took 0.199 s first and 0.073 s after.
+        cache: a :class:`TimeCache` the keys timed alone are read from and written to (None: none):
+            what this device measured in an earlier process is not timed again.
         table: every key measured so far → seconds.
         observed: the keys of ``table`` timed in a step (:meth:`observe`), not alone.
         spent: wall seconds spent measuring, and waiting for ``lock`` before it (where a run's time goes).
@@ -287,7 +364,7 @@ class TimeModel:
 
     def __init__(self, device: str | torch.device = "cpu", repeats: int = 5, clock: str = "wall",
                  flush_bytes: int = 0, lock: Any = None, enough: float = float("inf"),
-                 warm_enough: float = 1.0):
+                 warm_enough: float = 1.0, cache: "TimeCache | None" = None):
         if repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {repeats}")
         if enough <= 0:
@@ -301,6 +378,7 @@ class TimeModel:
             raise RuntimeError("TimeModel(device='cuda') needs a CUDA device; use device='cpu'")
         if self.device.type == "cuda" and clock != "wall":
             raise ValueError("on CUDA only clock='wall' measures the kernels (they run beside the CPU thread)")
+        self.cache = cache
         self.table: dict[OpKey, float] = {}
         self.observed: set[OpKey] = set()
         self.lock = lock if lock is not None else contextlib.nullcontext()
@@ -311,13 +389,19 @@ class TimeModel:
         active (a partitioner runs under AOTAutograd's: there ``torch.empty`` would make FakeTensors,
         and the op's time would be that of propagating their shapes)."""
         missing = [c for c in calls if c.key not in self.table]
+        if missing and self.cache is not None:
+            self.table.update(self.cache.read(c.key for c in missing))
+            missing = [c for c in missing if c.key not in self.table]
         if missing:
+            before = set(self.table)
             with self._turn(), unset_fake_temporarily():
                 try:
                     fill(self.table, missing, lambda c: _timed(c, self.device, self.repeats, CLOCKS[self.clock],
                                                                self.flush, self.enough, self.warm_enough), "timing")
                 finally:
                     _POOLS.clear()  # the values live for one measuring, not beside the steps (a GPU's memory)
+            if self.cache is not None:
+                self.cache.write({k: self.table[k] for k in self.table.keys() - before})
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:

@@ -60,7 +60,7 @@ def _error_text(overrides: list[str]) -> str:
 
 def test_config_groups_cover_the_zoo_and_the_methods():
     assert not (CONF / "net").exists()  # the net group is registered from recompute.nets, the one list of nets
-    assert set(METHODS) == {"vanilla", "chen", "chen_greedy", "exhaustive",
+    assert set(METHODS) == {"auto", "vanilla", "chen", "chen_greedy", "exhaustive",
                             "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc", "reforward", "reforward_linear",
                             "revolve", "chen_recursive", "join_dp", "milp", "torch_checkpoint_sequential",
                             "torch_checkpoint_blocks", "torch_sac", "torch_compile_budget"}

@@ -190,10 +190,14 @@ def test_the_defaults_are_the_planners_for_every_door():
     graph = recompute.trace(model, xs)
     direct = recompute.plan(graph, "approxdp")
     assert direct.memory_model == "simulator" and direct.strategy == "tc"
-    through = recompute.optimize(copy.deepcopy(model), xs).plan
+    through = recompute.optimize(copy.deepcopy(model), xs, method="approxdp", cost_model="paper").plan
     assert (through.lower_sets, through.peak, through.strategy) == (direct.lower_sets, direct.peak, direct.strategy)
-    backend = recompute.backend()
+    backend = recompute.backend("approxdp")
     assert (backend.method, backend.strategy, backend.plan_options) == ("approxdp", None, {})
+    # the doors that wrap a model plan what a user should run unless told otherwise; plan() the paper's
+    auto = recompute.optimize(copy.deepcopy(model), xs)
+    assert auto.plan.method == "auto" and auto.graph.cost_model == "measured"
+    assert (recompute.backend().method, recompute.backend().cost_model) == ("auto", "measured")
 
 
 def method_table() -> str:

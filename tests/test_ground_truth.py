@@ -12,8 +12,10 @@ METHODS = [
     ("compile budget 0.5 (op by op)", "pytorch", "optimize",
      {"method": "torch_compile_budget", "budget_fraction": 0.5, "backend": "aot_eager_decomp_partition"}),
     ("executor approxdp-tc min", "ours", "optimize", {"method": "approxdp", "strategy": "tc"}),
-    ("compiled approxdp-tc at min_cut's peak", "ours", "compile",
-     {"method": "approxdp", "strategy": "tc", "remat": 0.0, "runtime": "eager", "budget": "min_cut"}),
+    # op by op on the CPU the plan counts what oneDNN's convolutions allocate inside themselves, which
+    # min-cut's predicted peak leaves out: planned at that peak, it would not fit
+    ("compiled approxdp-tc min", "ours", "compile",
+     {"method": "approxdp", "strategy": "tc", "remat": 0.0, "runtime": "eager"}),
 ]
 
 

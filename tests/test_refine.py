@@ -21,7 +21,7 @@ from .exactness import check_plans
 @lru_cache(maxsize=None)  # each network traced once per module
 def _planned(name: str) -> tuple[torch.nn.Module, tuple, recompute.Graph, recompute.Plan, recompute.Plan]:
     model, inputs = nets.build(name, batch_size=2, input_size=32, seed=0)
-    g = recompute.trace(model, inputs)
+    g = recompute.trace(model, inputs, workspaces=False)
     return model, inputs, g, *(recompute.plan(g, "approxdp", strategy=s) for s in ("tc", "mc"))
 
 
@@ -108,7 +108,7 @@ def test_late_recomputations_for_a_step_run_in_place_hold_the_least_of_both_sear
     lower."""
     torch.manual_seed(0)
     model, inputs = _DenseNet(8, 3), (torch.randn(1, 3, 32, 32),)
-    g = recompute.trace(model, inputs)
+    g = recompute.trace(model, inputs, workspaces=False)
     p = g.program
 
     def placed(x):
