@@ -15,6 +15,8 @@ Schema versions (``schema_version``):
 * 4 — adds every timed step (``iteration_seconds``, ``vanilla_iteration_seconds``).
 * 5 — adds ``kernel_seconds``: the planner's compiled kernels loaded before the timed solve, so
   ``solve_seconds`` no longer holds numba's once-per-process load; older records load with ``None``.
+* 6 — adds ``predicted_time_ratio``: the plan's modelled step time ÷ plain training's, where its
+  planner priced it (``auto``); older records load with ``None``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ if TYPE_CHECKING:  # the record only reads these; importing recompute here would
 
 __all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class Status(StrEnum):
@@ -115,6 +117,7 @@ class RunRecord:
     overhead_fraction: float | None = None
     solve_seconds: float | None = None
     kernel_seconds: float | None = None  # loading the planner's compiled kernels before the solve (schema 5)
+    predicted_time_ratio: float | None = None  # the modelled step time ÷ plain training's (auto; schema 6)
     # the method on the memory backend
     measured_peak_bytes: int | None = None
     measured_activation_bytes: int | None = None
@@ -147,6 +150,7 @@ class RunRecord:
     def set_plan(self, plan: recompute.Plan) -> None:
         """The planner's prediction (peak with parameters, overhead as a fraction of T(V)) and solve time."""
         self.k, self.min_budget, self.solve_seconds = plan.k, plan.min_budget, plan.solve_seconds
+        self.predicted_time_ratio = plan.time_ratio
         if plan.schedule is not None:
             self.slots, self.recomputations = plan.slots, plan.schedule.recomputations()
         self.predicted_peak_bytes, self.predicted_overhead = int(plan.peak), int(plan.overhead)

@@ -362,13 +362,16 @@ def summary(rec: RunRecord) -> str:
     ovh = rec.predicted_overhead
     rows = [
         ("#V / #E", f"{rec.num_nodes or '-'} / {rec.num_edges or '-'}", f"trace, cost model {rec.cost_model}"),
-        ("budget", _size(rec.budget) if rec.budget else ("smallest feasible" if rec.k else "-"), f"min {_size(rec.min_budget)}"),
+        ("budget", _size(rec.budget) if rec.budget else ("least peak within its time" if rec.planner == AUTO else
+                                                          "smallest feasible" if rec.k else "-"), f"min {_size(rec.min_budget)}"),
         ("predicted peak (+params)", _size(rec.predicted_total_bytes),
          "simulator" + (f" (search: {_SEARCH[rec.memory_model]})" if rec.memory_model else "")),
         ("measured peak (+params)", _size(rec.measured_peak_bytes), mem),
         ("vanilla peak (+params)", _size(rec.vanilla_peak_bytes), f"{mem}, vanilla {rec.vanilla_status or '-'}"),
         ("memory reduction", frac(rec.reduction), mem),
         ("overhead predicted", "-" if ovh is None else f"{ovh} ({frac(rec.overhead_fraction)} of T(V))", "planner"),
+        ("modelled step time", "-" if rec.predicted_time_ratio is None else f"{rec.predicted_time_ratio:.3f}× plain",
+         f"cost model {rec.cost_model}"),
         ("time / iter (vanilla)", f"{sec(rec.seconds_per_iter)} ({sec(rec.vanilla_seconds_per_iter)})", t_src),
         ("overhead measured", frac(rec.time_overhead), t_src if tb else "-"),
         ("solve time", sec(rec.solve_seconds), f"planner; its kernels loaded first in {sec(rec.kernel_seconds)}"),

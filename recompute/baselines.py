@@ -7,10 +7,12 @@ methods a user reaches for without us,
   over a sequential decomposition of the model (its ``torch.fx`` graph cut where one value is live);
 * ``torch_checkpoint_blocks`` — one ``torch.utils.checkpoint.checkpoint`` per block, the hand-written
   pattern: residual blocks, DenseNet's dense layers, Inception blocks, U-Net decoder blocks, VGG stages;
-* ``torch_sac`` — selective activation checkpointing of the whole forward: matmul and convolution
-  outputs are saved, everything else is recomputed;
+* ``torch_sac`` — selective activation checkpointing per block, as users apply it: the outputs of
+  the ops its policy names are saved, everything else is recomputed (``compute_intensive``: the ops
+  torch's partitioners call compute-intensive, convolutions and matmuls; ``matmul``: ``aten.mm``, the
+  policy of ``torch.utils.checkpoint``'s documentation);
 * ``torch_compile_budget`` — ``torch.compile`` with the min-cut partitioner under
-  ``torch._functorch.config.activation_memory_budget``.
+  ``torch._functorch.config.activation_memory_budget`` (and, optionally, ``aggressive_recomputation``).
 
 Each is registered here (:func:`baseline`), in a registry of its own beside the planners' (they plan
 nothing); its options are read off its signature and checked like a planner's
@@ -254,14 +256,19 @@ def torch_checkpoint_sequential(model: nn.Module, *, segments: int = 0) -> Forwa
 
 def _block_types() -> tuple[type, ...]:
     """Residual blocks (torchvision's, the zoo's), DenseNet's dense layers (Pleiss et al.'s memory-efficient
-    DenseNet checkpoints these), Inception blocks and smp U-Net decoder blocks."""
+    DenseNet checkpoints these), Inception blocks, smp U-Net decoder blocks, transformer layers
+    (torchvision's ViT encoder blocks, the zoo's GPT-2 decoder layers) and MobileNet's inverted residuals."""
     from torchvision.models.densenet import _DenseLayer
     from torchvision.models.googlenet import Inception
+    from torchvision.models.mobilenetv2 import InvertedResidual as MobileNetV2Block
+    from torchvision.models.mobilenetv3 import InvertedResidual as MobileNetV3Block
     from torchvision.models.resnet import BasicBlock, Bottleneck
+    from torchvision.models.vision_transformer import EncoderBlock
 
-    from .nets import _Block
+    from .nets import DecoderBlock, _Block
 
-    types: list[type] = [BasicBlock, Bottleneck, _DenseLayer, Inception, _Block]
+    types: list[type] = [BasicBlock, Bottleneck, _DenseLayer, Inception, _Block, EncoderBlock, DecoderBlock,
+                         MobileNetV2Block, MobileNetV3Block]
     with contextlib.suppress(ImportError):
         from segmentation_models_pytorch.decoders.unet.decoder import UnetCenterBlock, UnetDecoderBlock
 
@@ -292,8 +299,9 @@ def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
-def _vgg_stages(seq: nn.Sequential) -> Forward:
-    """``seq``'s forward with each stage (modules up to and including a max-pool) checkpointed."""
+def _vgg_stages(seq: nn.Sequential, context: Callable[[], Any] | None = None) -> Forward:
+    """``seq``'s forward with each stage (modules up to and including a max-pool) checkpointed (under
+    ``context``, a selective policy, where given)."""
     stages: list[nn.Sequential] = []
     run: list[nn.Module] = []
     for m in seq:
@@ -306,29 +314,35 @@ def _vgg_stages(seq: nn.Sequential) -> Forward:
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         for stage in stages:
-            x = checkpoint(stage, x, use_reentrant=False)
+            x = checkpoint(stage, x, use_reentrant=False, **_context(context))
         return x
 
     return forward
 
 
-def _checkpointed(m: nn.Module) -> Forward:
-    """``m``'s forward under ``checkpoint``; a list argument (DenseNet's previous features, which its
-    dense block appends to afterwards) is passed as a tuple, so that recomputation reads the same ones."""
+def _context(context: Callable[[], Any] | None) -> dict[str, Any]:
+    """``checkpoint``'s keyword for a selective policy's contexts (none: plain checkpointing)."""
+    return {} if context is None else {"context_fn": context}
+
+
+def _checkpointed(m: nn.Module, context: Callable[[], Any] | None = None) -> Forward:
+    """``m``'s forward under ``checkpoint`` (with a selective policy's ``context``, where given); a
+    list argument (DenseNet's previous features, which its dense block appends to afterwards) is
+    passed as a tuple, so that recomputation reads the same ones."""
     plain = type(m).forward.__get__(m)
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         args = tuple(tuple(a) if isinstance(a, list) else a for a in args)
-        return checkpoint(plain, *args, use_reentrant=False, **kwargs)
+        return checkpoint(plain, *args, use_reentrant=False, **_context(context), **kwargs)
 
     return forward
 
 
 @contextlib.contextmanager
-def _patched(found: list[tuple[str, nn.Module]]) -> Iterator[None]:
+def _patched(found: list[tuple[str, nn.Module]], context: Callable[[], Any] | None = None) -> Iterator[None]:
     """Each block's ``forward`` checkpointed while the context lasts (the model is left as it was)."""
     for _, m in found:
-        m.forward = _vgg_stages(m) if _is_stages(m) else _checkpointed(m)
+        m.forward = _vgg_stages(m, context) if _is_stages(m) else _checkpointed(m, context)
     try:
         yield
     finally:
@@ -355,26 +369,40 @@ def torch_checkpoint_blocks(model: nn.Module) -> Forward:
 # --------------------------------------------------------------------------- selective checkpointing
 
 
-SAVED_OPS = frozenset({
-    torch.ops.aten.convolution.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
-    torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
-})
+def _saved_ops(policy: str) -> frozenset[Any]:
+    """The ops whose outputs selective checkpointing saves under ``policy`` (see the module docstring)."""
+    if policy == "matmul":
+        return frozenset({torch.ops.aten.mm.default})
+    from torch._functorch.partitioners import get_default_op_list
+
+    packets = get_default_op_list().compute_intensive_ops
+    return frozenset(getattr(packet, name) for packet in packets for name in packet.overloads())
 
 
-def _save_matmuls(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
-    """The policy of ``torch_sac``: keep matmul and convolution outputs, recompute the rest."""
-    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+SAC_POLICIES = ("compute_intensive", "matmul")
 
 
 @baseline("torch_sac")
-def torch_sac(model: nn.Module) -> Forward:
-    """The whole forward under one non-reentrant ``checkpoint`` with a selective policy (:data:`SAVED_OPS`);
+def torch_sac(model: nn.Module, *, policy: str = "compute_intensive") -> Forward:
+    """Selective activation checkpointing of each block (:func:`blocks`; the whole forward for a
+    model without one), saving the outputs of the ops ``policy`` names and recomputing the rest;
     in-place modules are turned out of place."""
+    if policy not in SAC_POLICIES:
+        raise ValueError(f"torch_sac: policy={policy!r}; choose one of {', '.join(SAC_POLICIES)}")
     _out_of_place(model)
-    context = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
+    saved = _saved_ops(policy)
+
+    def keep(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    context = functools.partial(create_selective_checkpoint_contexts, keep)
+    found = blocks(model)
 
     def forward(*inputs: Any, **kwargs: Any) -> Any:
-        return checkpoint(model, *inputs, use_reentrant=False, context_fn=context, **kwargs)
+        if not found:
+            return checkpoint(model, *inputs, use_reentrant=False, context_fn=context, **kwargs)
+        with _patched(found, context):
+            return model(*inputs, **kwargs)
 
     return forward
 
@@ -383,22 +411,30 @@ def torch_sac(model: nn.Module) -> Forward:
 
 
 @baseline("torch_compile_budget", backends=("cpu", "cuda"))
-def torch_compile_budget(model: nn.Module, *, budget_fraction: float = 0.5, backend: str = "inductor") -> Forward:
+def torch_compile_budget(model: nn.Module, *, budget_fraction: float = 0.5, backend: str = "inductor",
+                         aggressive: bool = False) -> Forward:
     """``torch.compile`` whose min-cut partitioner keeps at most ``budget_fraction`` of the activation
     memory it would save by default (``activation_memory_budget``; 1.0 is plain compile, 0 recomputes
     all it can). ``backend``: ``inductor`` or ``aot_eager_decomp_partition`` (the same partition, run
-    op by op: no C++ compiler needed, compiles in seconds)."""
+    op by op: no C++ compiler needed, compiles in seconds). ``aggressive``: the partitioner's
+    ``aggressive_recomputation`` (recompute any op it may, not only cheap ones, wherever that saves memory)."""
     if not 0 <= budget_fraction <= 1:
         raise ValueError(f"torch_compile_budget: budget_fraction={budget_fraction!r}; must be in [0, 1]")
     if backend not in COMPILE_BACKENDS:
         raise ValueError(f"torch_compile_budget: backend={backend!r}; choose one of {', '.join(COMPILE_BACKENDS)}")
     import torch._functorch.config as functorch_config
+    from torch._dynamo import lookup_backend
 
-    compiled = torch.compile(model, backend=backend)
+    def compiler(gm: fx.GraphModule, example_inputs: Any) -> Any:
+        return lookup_backend(backend)(gm, example_inputs)
+
+    # a backend of its own: dynamo reuses a graph compiled for the same backend (and the same class, with
+    # nn modules inlined) whatever the budget it was partitioned under
+    compiled = torch.compile(model, backend=compiler)
 
     def forward(*inputs: Any, **kwargs: Any) -> Any:
         # the budget is read when the joint graph is partitioned, i.e. while the first call compiles
-        with functorch_config.patch(activation_memory_budget=budget_fraction):
+        with functorch_config.patch(activation_memory_budget=budget_fraction, aggressive_recomputation=aggressive):
             return compiled(*inputs, **kwargs)
 
     return forward

@@ -67,7 +67,7 @@ from .remat import recompute_late, rematerialize
 from .schedule import Instance, Schedule
 from .simulate import simulate, simulate_partition
 from .trace import Program, graph_of
-from .validate import check_budget, check_cost_model, check_flag
+from .validate import check_budget, check_cost_model, check_rewrites
 
 _KEYED_CSE = "extra_node_key" in inspect.signature(fx_graph_cse).parameters  # torch 2.11 lacks it
 
@@ -436,17 +436,10 @@ def backend(
     check_cost_model(cost_model, cost_options)
     if remat is not None and not (isinstance(remat, (int, float)) and not isinstance(remat, bool) and remat >= 0):
         raise ValueError(f"remat must be None (off) or a weight ≥ 0 (0: recompute wherever it keeps fewer bytes), got {remat!r}")
-    given = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place}
-    for flag, on in {**given, "split_convolutions": split_convolutions}.items():
-        if on is not None:
-            check_flag(flag, on)
-    if method == AUTO and (chosen := [flag for flag, on in given.items() if on is not None]):
-        raise ValueError(f"method 'auto' chooses the schedule rewrites itself, keeping each where it lowers the peak; "
-                         f"leave {', '.join(chosen)} out, or name a planner to apply them to "
-                         "(method='approxdp', strategy='tc'|'mc')")
+    rewrites = check_rewrites({"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak,
+                               "in_place": in_place}, split_convolutions, auto=method == AUTO)
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     spec(method).check(Door.backend, strategy=strategy, budget=budget, options=plan_options)
     split = split_convolutions if method == AUTO else bool(split_convolutions)
-    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options, split,
-                   {flag: bool(on) for flag, on in given.items()})
+    return Backend(method, strategy, budget, runtime, cost_model, remat, plan_options, cost_options, split, rewrites)

@@ -11,7 +11,7 @@ import torch
 
 from .measure import default_loss
 
-__all__ = ["Exactness", "train_step", "compare", "float64_distance"]
+__all__ = ["Exactness", "train_step", "compare", "judge", "float64_distance"]
 
 
 def train_step(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, seed: int,
@@ -100,6 +100,11 @@ def compare(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple, 
             b.copy_(start[n])
     for n, p in model.named_parameters():
         p.grad = grads[n]
+    return judge(ref, got)
+
+
+def judge(ref: dict[str, Any], got: dict[str, Any]) -> Exactness:
+    """How the step ``got`` (:func:`train_step`'s entries) compares with the plain step ``ref``."""
     result = Exactness()
     for key in sorted(ref.keys() | got.keys()):
         a, b = ref.get(key), got.get(key)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["NetSpec", "NETS", "names", "spec", "build"]
+__all__ = ["NetSpec", "NETS", "names", "spec", "build", "Decoder", "DecoderBlock"]
 
 Size = tuple[int, int]
 
@@ -46,6 +46,9 @@ class NetSpec:
         paper_input_size: the paper's (H, W) when it differs from ``input_size``.
         num_inputs: how many image tensors ``forward`` takes.
         in_channels: channels of each input tensor.
+        tokens: the vocabulary size where the input is a sequence of token ids (``batch × length``,
+            ``input_size``'s first side the length) instead of images; ``None`` for images.
+        sized: the builder takes the input size (``image_size``, ``length``): the model is made for it.
     """
 
     name: str
@@ -58,6 +61,8 @@ class NetSpec:
     paper_input_size: Size | None = None
     num_inputs: int = 1
     in_channels: int = 3
+    tokens: int | None = None
+    sized: bool = False
 
     @property
     def is_paper_net(self) -> bool:
@@ -316,6 +321,55 @@ class ResBlockNet(nn.Module):
         return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
 
 
+class DecoderBlock(nn.Module):
+    """A GPT-2 decoder layer: pre-norm causal self-attention (``scaled_dot_product_attention``) and a
+    GELU MLP, each with dropout on its residual branch (and on the attention weights)."""
+
+    def __init__(self, width: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        att = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                         dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.drop(self.proj(att.transpose(1, 2).reshape(b, t, c)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class Decoder(nn.Module):
+    """A GPT-2-style language model (Radford et al. 2019) in plain PyTorch: token and position
+    embeddings, ``layers`` :class:`DecoderBlock`\ s, a final LayerNorm and the output head tied to the
+    token embedding; token ids in, logits out. By default GPT-2's shape at a quarter of its depth and
+    half its width (6 layers × 384, 6 heads) over an 8000-token vocabulary."""
+
+    def __init__(self, length: int = 512, vocab: int = 8000, layers: int = 6, width: int = 384, heads: int = 6,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, width), nn.Embedding(length, width)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.Sequential(*(DecoderBlock(width, heads, dropout) for _ in range(layers)))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tokens.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.head(self.ln(self.blocks(self.drop(self.tokens(ids) + self.positions(positions)))))
+
+
+def _vit(image_size: int = 224, **kwargs: Any) -> nn.Module:
+    """torchvision ViT-B/16 for ``image_size``² inputs (its position embedding is made for one size)."""
+    import torchvision.models as tvm
+
+    return tvm.vit_b_16(weights=None, image_size=image_size, **kwargs)
+
+
 # --------------------------------------------------------------------------- registry
 
 _SQ = lambda n: (n, n)  # noqa: E731
@@ -339,6 +393,13 @@ _SPECS: tuple[NetSpec, ...] = (
             "torchvision GoogLeNet without auxiliary heads",
             "torchvision's GoogLeNet has BatchNorm after every conv; the paper's (Caffe-style) had none, "
             "so its traced graph is larger than #V=134; build('googlenet', batch_norm=False) drops it."),
+    NetSpec("vit_b_16", _vit, 32, _SQ(224), None, "torchvision ViT-B/16 (12 encoder blocks × 768)",
+            "made for its input size (position embeddings): build(..., input_size=s) builds it for s²", sized=True),
+    NetSpec("mobilenet_v3_large", _torchvision("mobilenet_v3_large"), 128, _SQ(224), None,
+            "torchvision MobileNetV3-Large (inverted residuals, hard-swish, squeeze-excitation)"),
+    NetSpec("gpt2", Decoder, 8, _SQ(512), None,
+            "a GPT-2-style decoder (6 layers × 384, causal SDPA, dropout 0.1, tied head) over 8000 tokens",
+            "input: token ids, batch × length (input_size is the length)", tokens=8000, sized=True),
     NetSpec("chain", Chain, 4, _SQ(16), None, "8 conv+ReLU layers in a plain chain (test net)"),
     NetSpec("skip", Skip, 4, _SQ(16), None,
             "Kusumoto Fig. 2: chain with a skip from the first layer to the last (test net)"),
@@ -420,6 +481,8 @@ def build(
     with rng:
         if seed is not None:
             torch.manual_seed(seed)
+        if s.sized:
+            kwargs = {("length" if s.tokens else "image_size"): h, **kwargs}
         model = s.builder(**kwargs).train()
         m = _size_multiple(model)
         rh, rw = math.ceil(h / m) * m, math.ceil(w / m) * m
@@ -428,10 +491,17 @@ def build(
                 f"{name}: input {h}x{w} is not divisible by {m} (smp encoder output stride); using {rh}x{rw}",
                 stacklevel=2,
             )
-        shape = (batch, s.in_channels, rh, rw)
+        shape = (batch, h) if s.tokens else (batch, s.in_channels, rh, rw)
+
+        vocab = kwargs.get("vocab", s.tokens)
+
+        def make() -> torch.Tensor:
+            return torch.randint(0, vocab, shape) if s.tokens else torch.randn(shape)
+
         if fake_inputs:
             with FakeTensorMode():
-                inputs = tuple(torch.empty(shape) for _ in range(s.num_inputs))
+                inputs = tuple(torch.empty(shape, dtype=torch.long if s.tokens else torch.float32)
+                               for _ in range(s.num_inputs))
         else:
-            inputs = tuple(torch.randn(shape) for _ in range(s.num_inputs))
+            inputs = tuple(make() for _ in range(s.num_inputs))
     return model, inputs

@@ -17,7 +17,7 @@ from .graph import Graph
 from .plan import AUTO, Door, Plan, default_cost_model, plan, spec
 from .planners.auto import choose
 from .trace import trace
-from .validate import check_arguments, check_budget, check_cost_model, check_flag, check_inputs, check_model, describe
+from .validate import check_arguments, check_budget, check_cost_model, check_inputs, check_model, check_rewrites, describe
 from .wrapper import ModelWrapper, model_signature
 
 __all__ = ["optimize", "RecomputeModule", "RetraceWarning", "MAX_PLANS"]
@@ -310,15 +310,8 @@ def optimize(
     check_budget(budget)
     cost_model = default_cost_model(method) if cost_model is None else cost_model
     check_cost_model(cost_model, cost_options)
-    given = {"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak, "in_place": in_place}
-    for flag, on in {**given, "split_convolutions": split_convolutions}.items():
-        if on is not None:
-            check_flag(flag, on)
-    if method == AUTO and (chosen := [flag for flag, on in given.items() if on is not None]):
-        raise ValueError(f"method 'auto' chooses the schedule rewrites itself, keeping each where it lowers the peak; "
-                         f"leave {', '.join(chosen)} out, or name a planner to apply them to "
-                         "(method='approxdp', strategy='tc'|'mc')")
-    rewrites = {flag: bool(on) for flag, on in given.items()}
+    rewrites = check_rewrites({"recompute_late": recompute_late, "recompute_at_peak": recompute_at_peak,
+                               "in_place": in_place}, split_convolutions, auto=method == AUTO)
     if method in baselines.names():
         for flag, on in rewrites.items():
             if on:

@@ -227,9 +227,10 @@ class Plan:
 
     def summary(self) -> str:
         strat = f"+{self.strategy}" if self.strategy else ""
+        time = f", modelled time {self.time_ratio:.3f}× plain training's" if self.time_ratio is not None else ""
         return (
             f"{self.method}{strat}: k={self.k} blocks, overhead={self.overhead}, "
-            f"predicted peak={self.peak / 2**30:.3f} GiB, solved in {self.solve_seconds:.3f}s"
+            f"predicted peak={self.peak / 2**30:.3f} GiB{time}, solved in {self.solve_seconds:.3f}s"
         )
 
 

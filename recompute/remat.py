@@ -162,7 +162,9 @@ def _without_dead_forward(p: "Program", s: Schedule) -> Schedule:
     drops them there, as the modules that run do), so the schedule has no release points."""
     joint = p.joint
     output = joint.gm.graph.find_nodes(op="output")[0]
-    returned = {x.name for x in output.all_input_nodes}
+    # what the step returns: the joint module's outputs, and (a traced step's) the model's outputs and
+    # BatchNorm's new statistics, which the executor hands back beside them
+    returned = {x.name for x in output.all_input_nodes} | {x.name for x in joint.user_outputs} | set(joint.buffer_writes)
     read: set[Instance] = set()
     keep = [True] * len(s)
     for i in range(len(s) - 1, -1, -1):

@@ -38,6 +38,7 @@ import platform
 import statistics
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -142,17 +143,25 @@ def schedule_calls(program: Any, schedule: Any) -> list[OpCall]:
     the executor runs it (:func:`recompute.fxnodes.written_into`), a call that allocates nothing: VGG-19's
     18 ReLUs at 8 × 224² take 0.05 s in place on the CPU and 0.32 s into new tensors."""
     joint = program.joint
-    calls = []
-    for i, (name, _) in enumerate(schedule.steps):
-        node = joint.node(name)
-        call = node_call(node)
-        if call is None:
-            continue
-        if i in schedule.into:
-            op, kwargs = written_into(node.target, call.kwargs, _spec_of(joint.node(schedule.into[i][0]).meta["val"]))
-            call = OpCall(op, call.args, kwargs)
-        calls.append(call)
-    return calls
+    made = _CALLS.setdefault(joint, {})  # each step's call (and its key) built once per joint graph
+
+    def call_of(name: str, into: str | None) -> OpCall | None:
+        if (name, into) not in made:
+            node = joint.node(name)
+            call = node_call(node)
+            if call is not None and into is not None:
+                op, kwargs = written_into(node.target, call.kwargs, _spec_of(joint.node(into).meta["val"]))
+                call = OpCall(op, call.args, kwargs)
+            made[name, into] = call
+        return made[name, into]
+
+    calls = (call_of(name, schedule.into[i][0] if i in schedule.into else None) for i, (name, _) in enumerate(schedule.steps))
+    return [c for c in calls if c is not None]
+
+
+# joint graph → (fx node name, the name of the node it writes into or None) → its call: the head-to-head
+# and recompute.planners.auto price dozens of schedules of one step, and a call's key is its repr
+_CALLS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None], OpCall | None]]" = weakref.WeakKeyDictionary()
 
 
 class Recorder(torch.utils._python_dispatch.TorchDispatchMode):

@@ -21,7 +21,7 @@ from . import costs
 from .graph import Graph
 
 __all__ = ["check_model", "check_inputs", "check_arguments", "check_budget", "check_flag", "check_limit", "check_graph",
-           "check_made_for", "check_split_names", "check_cost_model", "check_options", "keyword_options", "describe"]
+           "check_rewrites", "check_made_for", "check_split_names", "check_cost_model", "check_options", "keyword_options", "describe"]
 
 # planner options with a closed set of values (the others are checked against their default's type)
 
@@ -123,6 +123,20 @@ def check_made_for(graph: Graph, nodes: frozenset[int], ops: Iterable[str]) -> N
     if problem:
         raise ValueError(f"this plan was made for another graph ({problem}); plan this graph: "
                          "recompute.plan(graph, method, ...), and run or price the plan with the graph it was made for")
+
+
+def check_rewrites(given: dict[str, Any], split_convolutions: Any, *, auto: bool) -> dict[str, bool]:
+    """The schedule rewrites a door was given (``recompute_late``, ``recompute_at_peak``, ``in_place``:
+    None where left out) and ``split_convolutions``, each None or a bool; ``auto`` (the planner that
+    chooses them itself) takes none of the rewrites. Returns each rewrite on or off."""
+    for flag, on in {**given, "split_convolutions": split_convolutions}.items():
+        if on is not None:
+            check_flag(flag, on)
+    if auto and (chosen := [flag for flag, on in given.items() if on is not None]):
+        raise ValueError(f"method 'auto' chooses the schedule rewrites itself, keeping each where it lowers the peak; "
+                         f"leave {', '.join(chosen)} out, or name a planner to apply them to "
+                         "(method='approxdp', strategy='tc'|'mc')")
+    return {flag: bool(on) for flag, on in given.items()}
 
 
 def check_graph(graph: Any) -> None:

@@ -28,9 +28,10 @@ def _tiny(name: str = "resblock") -> tuple[torch.nn.Module, tuple[torch.Tensor, 
 def test_baselines_are_registered_methods_with_options():
     # a registry of their own: they plan nothing, so the planners' doors do not offer them
     assert set(BASELINES) == set(baselines.names()) and not set(BASELINES) & set(recompute.methods())
-    assert baselines.spec("torch_compile_budget").options == ("budget_fraction", "backend")
+    assert baselines.spec("torch_compile_budget").options == ("budget_fraction", "backend", "aggressive")
+    assert baselines.spec("torch_sac").options == ("policy",)
     model, _ = _tiny()
-    with pytest.raises(TypeError, match="no option 'budget_fraktion'; its options: budget_fraction, backend"):
+    with pytest.raises(TypeError, match="no option 'budget_fraktion'; its options: budget_fraction, backend, aggressive"):
         recompute.optimize(model, method="torch_compile_budget", budget_fraktion=0.3)
     with pytest.raises(TypeError, match="takes no strategy"):
         recompute.optimize(model, method="torch_sac", strategy="mc")

@@ -16,6 +16,7 @@ from recompute import nets
 PAPER_SIZE = {"unet": 572, "pspnet": 713}  # §5: 224×224 for every other network
 SMALL = ("chain", "skip", "siamese", "dropout", "resblock")
 JOIN = ("snn", "cross_modal")  # Beaumont et al.'s join networks, tested in test_join_nets.py
+MODERN = ("vit_b_16", "mobilenet_v3_large", "gpt2")  # beyond the paper's seven (benchmarks/measured.py)
 
 # name -> (batch, size) small enough for 2 CPU cores; the big nets at batch 1.
 TINY = {n: (1, 64) for n in nets.names(paper_only=True)} | {n: (2, 16) for n in SMALL}
@@ -44,9 +45,24 @@ def _expected_shape(name: str, batch: int, size: int) -> tuple[int, ...]:
 def test_registry_lists_paper_and_test_nets() -> None:
     assert nets.names() == list(nets.NETS)
     assert set(nets.names(paper_only=True)) == set(PAPER)
-    assert set(nets.names()) == set(PAPER) | set(SMALL) | set(JOIN)
+    assert set(nets.names()) == set(PAPER) | set(SMALL) | set(JOIN) | set(MODERN)
     for name, s in nets.NETS.items():
         assert s.name == name and s.description and s.batch_size > 0
+
+
+@pytest.mark.parametrize("name, size, shape", [("vit_b_16", 32, (2, 1000)), ("mobilenet_v3_large", 32, (2, 1000)),
+                                               ("gpt2", 16, (2, 16, 8000))])
+def test_the_modern_nets_build_for_their_input_and_train(name: str, size: int, shape: tuple[int, ...]) -> None:
+    """ViT is made for its input size (its position embeddings); the decoder takes token ids of the
+    sequence length the input size names, and ties its head to its token embedding."""
+    model, (x,) = nets.build(name, batch_size=2, input_size=size, seed=0, **({"layers": 1} if name == "gpt2" else {}))
+    assert x.dtype == (torch.long if name == "gpt2" else torch.float32)
+    out = model(x)
+    assert out.shape == shape
+    out.float().square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    if name == "gpt2":
+        assert model.head.weight is model.tokens.weight and int(x.max()) < 8000
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))
