@@ -213,9 +213,79 @@ def _smp() -> list[Model]:
     return models
 
 
+def _tokens(length: int = 16, vocabulary: int = 100) -> Callable[[], tuple[torch.Tensor, ...]]:
+    return lambda: (_seeded(lambda: torch.randint(0, vocabulary, (BATCH, length)), 1),)
+
+
+def _hf(config: str, model: str, **options: Any) -> Callable[[], nn.Module]:
+    """A transformers model built from its config (no download) at a small size, dropout as configured."""
+
+    def build() -> nn.Module:
+        import transformers
+
+        return _seeded(lambda: getattr(transformers, model)(getattr(transformers, config)(**options)))
+
+    return build
+
+
+class Seq2Seq(nn.Module):
+    """An encoder-decoder taking the source and the target as positional inputs (``labels=``: the
+    decoder reads the target shifted right and the model returns its loss beside the logits)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> Any:
+        return self.model(source, labels=target)
+
+
+_SMALL_TRANSFORMER = dict(vocab_size=100, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+_DECODER = dict(_SMALL_TRANSFORMER, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2)
+
+
+def _huggingface() -> list[Model]:
+    """Hugging Face transformers models from configs (no weights downloaded), a few layers of 64."""
+    t5 = _hf("T5Config", "T5ForConditionalGeneration", **_SMALL_TRANSFORMER, d_model=64, d_ff=128, d_kv=16,
+             num_layers=2, num_heads=4, decoder_start_token_id=0)
+    pair = lambda: (*_tokens()(), _seeded(lambda: torch.randint(0, 100, (BATCH, 12)), 2))  # noqa: E731
+    return [
+        Model("hf.gpt2", "huggingface", _hf("GPT2Config", "GPT2LMHeadModel", **_SMALL_TRANSFORMER, n_layer=2,
+                                            n_embd=64, n_head=4, n_positions=64), _tokens(), f"{BATCH}×16 tokens"),
+        Model("hf.llama (GQA, RoPE)", "huggingface", _hf("LlamaConfig", "LlamaForCausalLM", **_DECODER),
+              _tokens(), f"{BATCH}×16 tokens"),
+        Model("hf.qwen2", "huggingface", _hf("Qwen2Config", "Qwen2ForCausalLM", **_DECODER), _tokens(), f"{BATCH}×16 tokens"),
+        Model("hf.bert (masked LM)", "huggingface",
+              _hf("BertConfig", "BertForMaskedLM", vocab_size=100, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4), _tokens(), f"{BATCH}×16 tokens"),
+        Model("hf.t5 (encoder-decoder)", "huggingface", lambda: Seq2Seq(t5()), pair, f"{BATCH}×16 → {BATCH}×12 tokens"),
+        Model("hf.vit", "huggingface", _hf("ViTConfig", "ViTForImageClassification", image_size=32, patch_size=8,
+                                           hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, hidden_dropout_prob=0.1), _image(32), f"{BATCH}×3×32²"),
+    ]
+
+
+# timm architectures at their smallest, dropout and stochastic depth on; the input each accepts
+TIMM = {"vit_tiny_patch16_224": 32, "convnext_atto": 32, "swin_tiny_patch4_window7_224": 56, "efficientnet_b0": 32,
+        "regnetx_002": 32, "resnet18d": 32}
+TIMM_KWARGS = {"vit_tiny_patch16_224": {"img_size": 32}, "swin_tiny_patch4_window7_224": {"img_size": 56, "depths": (1, 1, 1, 1)}}
+
+
+def _timm() -> list[Model]:
+    def build(name: str) -> nn.Module:
+        import timm
+
+        return _seeded(lambda: timm.create_model(name, pretrained=False, drop_rate=0.1, drop_path_rate=0.1,
+                                                 **TIMM_KWARGS.get(name, {})))
+
+    return [Model(f"timm.{name}", "timm", lambda name=name: build(name), _image(size), f"{BATCH}×3×{size}²")
+            for name, size in TIMM.items()]
+
+
 def corpus() -> list[Model]:
     """Every model of the corpus, skipped ones included (with their reason)."""
-    return [*_blocks(), *_smp(), *_torchvision()]
+    return [*_blocks(), *_huggingface(), *_timm(), *_smp(), *_torchvision()]
 
 
 def model(name: str) -> Model:

@@ -29,6 +29,7 @@ import contextlib
 import functools
 import inspect
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -257,7 +258,8 @@ def torch_checkpoint_sequential(model: nn.Module, *, segments: int = 0) -> Forwa
 def _block_types() -> tuple[type, ...]:
     """Residual blocks (torchvision's, the zoo's), DenseNet's dense layers (Pleiss et al.'s memory-efficient
     DenseNet checkpoints these), Inception blocks, smp U-Net decoder blocks, transformer layers
-    (torchvision's ViT encoder blocks, the zoo's GPT-2 decoder layers) and MobileNet's inverted residuals."""
+    (torchvision's ViT encoder blocks, the zoo's GPT-2 decoder layers, every Hugging Face layer its own
+    gradient checkpointing wraps) and MobileNet's inverted residuals."""
     from torchvision.models.densenet import _DenseLayer
     from torchvision.models.googlenet import Inception
     from torchvision.models.mobilenetv2 import InvertedResidual as MobileNetV2Block
@@ -269,6 +271,9 @@ def _block_types() -> tuple[type, ...]:
 
     types: list[type] = [BasicBlock, Bottleneck, _DenseLayer, Inception, _Block, EncoderBlock, DecoderBlock,
                          MobileNetV2Block, MobileNetV3Block]
+    layers = sys.modules.get("transformers.modeling_layers")  # a Hugging Face model's layers, where one is loaded
+    if layers is not None:
+        types.append(layers.GradientCheckpointingLayer)
     with contextlib.suppress(ImportError):
         from segmentation_models_pytorch.decoders.unet.decoder import UnetCenterBlock, UnetDecoderBlock
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import operator
 import re
+import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -32,7 +34,7 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
-from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_map
 
 __all__ = ["JointProgram", "StepError", "trace_step"]
 
@@ -121,10 +123,19 @@ class _Step(torch.nn.Module):
         # the grad_fn itself, whose hook would then hold it in a cycle through C++ that gc never frees
         self.marks: list[tuple[tuple[int, str], str]] = []
         self.hooks: list[Any] = []
+        self.listing_once = False
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Iterator:
+        """While ``listing_once``: each tensor once, under its first name, whatever the caller asks
+        (AOTAutograd's export would list every name of a tied parameter as an input: :func:`_tied_once`)."""
+        return super().named_parameters(prefix, recurse, remove_duplicate or self.listing_once)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Iterator:
+        return super().named_buffers(prefix, recurse, remove_duplicate or self.listing_once)
 
     def forward(self, *args: torch.Tensor) -> tuple:
         self._distinct_gradients([*self.model.parameters(), *args[: self.n_inputs]])
-        out = self.model(*args[: self.n_inputs])
+        out = without_caches(self.model(*args[: self.n_inputs]))
         if self.loss_fn is not None:
             out = self.loss_fn(out)
         flat, self.out_spec = tree_flatten(out)
@@ -201,15 +212,28 @@ def trace_step(
     # an input that requires grad gets its gradient in the joint graph; detached, since a non-leaf
     # input's history belongs to the caller's graph, not to the step
     inputs = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
-    with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_kernels():
-        tangents, differentiable, unused = _probe(model, inputs, loss_fn)
+    # torch.compiler.is_compiling() is true while tracing, as under torch.compile and torch.export: a
+    # model that checks it takes its traceable path (Hugging Face's masks skip a data-dependent check
+    # for packed sequences, `if not is_tracing(mask) and (mask[:, -1] == 0).all()`)
+    with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_kernels(), torch.compiler._compile_session_context():
+        with _own_checkpoints() as regions:
+            tangents, differentiable, unused = _probe(model, inputs, loss_fn)
+        if regions:
+            warnings.warn(
+                f"{type(model).__name__} checkpoints {len(regions)} region(s) itself (torch.utils.checkpoint"
+                f"{', e.g. a Hugging Face model after gradient_checkpointing_enable()' if len(regions) > 1 else ''}): "
+                "the planned step decides what is recomputed and runs the model's ops as their forward does, "
+                "so a BatchNorm in such a region updates its statistics once per step, where eager's recomputation "
+                "updates them a second time (as torch.compile's steps do). What to do: nothing, or turn the "
+                "model's own checkpointing off to plan it alone", OwnCheckpoints, stacklevel=3)
         step = _Step(model, len(inputs), loss_fn, differentiable)
-        with _frozen(unused), _saved_in_python():
+        with _frozen(unused), _saved_in_python(), _tied_once(step):
             try:
                 gm, sig = aot_export_module(step, (*inputs, *tangents), trace_joint=True, output_loss_index=0)
             finally:
                 for hook in step.hooks:
                     hook.remove()
+    _rnn_layers_kept_for_backward(gm)
     by_name = {n.name: n for n in gm.graph.nodes}
     seed = by_name[sig.user_outputs[0]]
     user_outputs, detached = [], set()
@@ -240,6 +264,50 @@ def trace_step(
         module=model,
         differentiable=tuple(differentiable),
     )
+
+
+def _rnn_layers_kept_for_backward(gm: fx.GraphModule) -> None:
+    """Each oneDNN LSTM layer whose backward the step runs made in training mode. torch's LSTM
+    decomposition picks the oneDNN layer where the input takes no gradient (the usual case: the input
+    is data) and calls it with ``train=False``, as if nothing needed its backward; then the real kernel
+    makes no workspace and the layer's backward, which the parameters' gradients need, fails ("Expected
+    a proper Tensor but got None ... 'workspace'"). The traced shapes already hold the workspace."""
+    layer, backward = torch.ops.aten.mkldnn_rnn_layer.default, torch.ops.aten.mkldnn_rnn_layer_backward.default
+    for n in gm.graph.find_nodes(op="call_function", target=layer):
+        if not n.args[-1] and any(b.target is backward for u in n.users for b in u.users):
+            n.args = (*n.args[:-1], True)
+    gm.recompile()
+
+
+@contextlib.contextmanager
+def _tied_once(step: _Step) -> Iterator[None]:
+    """While exporting ``step``: a tied parameter (one tensor under several names, as BERT's output bias
+    is its decoder's) is one input of the step, reparametrized under all its names. AOTAutograd lists
+    every name as an input of its own and reparametrizes each name with its own input, so that a name
+    the forward never reads (BERT's ``cls.predictions.bias``, read as ``decoder.bias``) gets no
+    gradient and the export fails ("Found a parameter that did not receive a gradient"). The step lists
+    each tensor once (``listing_once``); the reparametrization ties the other names to it
+    (``tie_weights``, which finds them in the full listing), and its gradient is the sum of every use,
+    as in eager."""
+    from torch.nn.utils import stateless
+
+    plain = stateless._reparametrize_module
+
+    @contextlib.contextmanager
+    def tied(module: torch.nn.Module, values: dict[str, Any], tie_weights: bool = False, **kwargs: Any) -> Iterator[None]:
+        step.listing_once = False
+        try:
+            with plain(module, values, tie_weights=True, **kwargs):
+                step.listing_once = True
+                yield
+        finally:
+            step.listing_once = True
+
+    stateless._reparametrize_module, step.listing_once = tied, True
+    try:
+        yield
+    finally:
+        stateless._reparametrize_module, step.listing_once = plain, False
 
 
 @contextlib.contextmanager
@@ -356,6 +424,62 @@ class StepError(ValueError):
     """The step cannot be planned for a reason of the model's, not of tracing (the message says what)."""
 
 
+class OwnCheckpoints(UserWarning):
+    """A traced model calls ``torch.utils.checkpoint`` itself."""
+
+
+@contextlib.contextmanager
+def _own_checkpoints() -> Iterator[list[str]]:
+    """The regions the model checkpoints itself while the context lasts (``torch.utils.checkpoint``:
+    the non-reentrant variant enters its saved-tensor hooks, the reentrant one applies its function)."""
+    from torch.utils import checkpoint
+
+    regions: list[str] = []
+    enter, apply = checkpoint._checkpoint_hook.__enter__, checkpoint.CheckpointFunction.apply
+
+    def entered(hooks: Any) -> Any:
+        regions.append("non-reentrant")
+        return enter(hooks)
+
+    def applied(*args: Any, **kwargs: Any) -> Any:
+        regions.append("reentrant")
+        return apply(*args, **kwargs)
+
+    checkpoint._checkpoint_hook.__enter__, checkpoint.CheckpointFunction.apply = entered, applied
+    try:
+        yield regions
+    finally:
+        checkpoint._checkpoint_hook.__enter__, checkpoint.CheckpointFunction.apply = enter, apply
+
+
+class CacheDropped(UserWarning):
+    """A model returned a key-value cache in training; the planned step returns None in its place."""
+
+
+def without_caches(out: Any, warn: bool = False) -> Any:
+    """``out`` with every Hugging Face key-value cache (``transformers.cache_utils.Cache``: what a
+    decoder returns in training unless told ``use_cache=False``) replaced by None, as Hugging Face's
+    own gradient checkpointing drops it: a planned step returns tensors, and no training step reads
+    the cache. ``warn``: say so (:class:`CacheDropped`)."""
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    if cache_utils is None:
+        return out
+    dropped = []
+
+    def drop(leaf: Any) -> Any:
+        if isinstance(leaf, cache_utils.Cache):
+            dropped.append(type(leaf).__name__)
+            return None
+        return leaf
+
+    out = tree_map(drop, out)
+    if dropped and warn:
+        warnings.warn(f"the model returned a key-value cache ({', '.join(sorted(set(dropped)))}) in training: the "
+                      "planned step returns None in its place, as Hugging Face's gradient checkpointing does (call it "
+                      "with use_cache=False to say so)", CacheDropped, stacklevel=2)
+    return out
+
+
 def _check_outputs(model: torch.nn.Module, out: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The step's output tensors; a clear :class:`StepError` where one is no tensor (an int, None) or
     where nothing requires grad at all (no trainable parameter or input, or no output that has a
@@ -396,7 +520,7 @@ def _probe(model: torch.nn.Module, inputs: Sequence[torch.Tensor], loss_fn: Call
     buffers = {name: probe.from_tensor(b) for name, b in model.named_buffers(remove_duplicate=False)}
     with probe:
         xs = [x if mode is not None else probe.from_tensor(x) for x in inputs]
-        out = torch.func.functional_call(model, buffers, tuple(xs), strict=False)
+        out = without_caches(torch.func.functional_call(model, buffers, tuple(xs), strict=False), warn=True)
         flat = _check_outputs(model, out if loss_fn is None else loss_fn(out), inputs)
         differentiable = [t.requires_grad for t in flat]
         specs = [(t.shape, t.dtype, t.device) for t in flat if t.requires_grad]

@@ -248,10 +248,13 @@ def measure(
 
     def one_step(state: dict[str, torch.Tensor], xs: tuple) -> list[torch.Tensor]:
         """One step; the parameter gradients it left (:func:`drop` them, so that steps are alike)."""
-        if isinstance(runner, torch.nn.Module) and state is not params:
-            # a module runner (a baseline) reads the model's tensors again when it recomputes in backward:
-            # the other state (the fake backend's) replaces them for the whole step
-            torch.func.functional_call(_Step(model, lambda: step_loss(runner(*xs)).backward()), _prefixed(state), ())
+        if state is not params and (runner is None or isinstance(runner, torch.nn.Module)):
+            # the model itself, or a module runner (a baseline), may read the model's tensors again when it
+            # recomputes in backward (PyTorch's checkpointing: its own, or a Hugging Face model's after
+            # gradient_checkpointing_enable()): the other state (the fake backend's) replaces them for the
+            # whole step, not for the forward call alone
+            forward = model if runner is None else runner
+            torch.func.functional_call(_Step(model, lambda: step_loss(forward(*xs)).backward()), _prefixed(state), ())
         else:
             step_loss(call(state, xs)).backward()
         return [t.grad for t in _each_once(state.values()) if isinstance(t, torch.Tensor) and t.grad is not None]

@@ -344,7 +344,7 @@ class DecoderBlock(nn.Module):
 
 class Decoder(nn.Module):
     """A GPT-2-style language model (Radford et al. 2019) in plain PyTorch: token and position
-    embeddings, ``layers`` :class:`DecoderBlock`\ s, a final LayerNorm and the output head tied to the
+    embeddings, ``layers`` decoder blocks (:class:`DecoderBlock`), a final LayerNorm and the output head tied to the
     token embedding; token ids in, logits out. By default GPT-2's shape at a quarter of its depth and
     half its width (6 layers × 384, 6 heads) over an 8000-token vocabulary."""
 

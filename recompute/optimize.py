@@ -20,7 +20,7 @@ from .trace import trace
 from .validate import check_arguments, check_budget, check_cost_model, check_inputs, check_model, check_rewrites, describe
 from .wrapper import ModelWrapper, model_signature
 
-__all__ = ["optimize", "RecomputeModule", "RetraceWarning", "MAX_PLANS"]
+__all__ = ["optimize", "RecomputeModule", "RetraceWarning", "CacheWarning", "MAX_PLANS"]
 
 
 class RecomputeModule(ModelWrapper):
@@ -147,6 +147,10 @@ class RetraceWarning(UserWarning):
     """An optimized module traced and planned again more than :data:`MAX_PLANS` times."""
 
 
+class CacheWarning(UserWarning):
+    """A model that takes ``use_cache`` (a Hugging Face model) is trained with ``use_cache=False``."""
+
+
 def _what_changed(old: tuple | None, new: tuple) -> str:
     """The first difference between two keys of :meth:`RecomputeModule._prepared`, in words."""
     if old is None:
@@ -164,7 +168,7 @@ def _what_changed(old: tuple | None, new: tuple) -> str:
         if before is None or before[1] is not kind:
             return f"{where} is new"
         prior = dict(before[2])
-        changed = [f"{k} {prior[k]!r} → {v!r}" if k in prior else f"{k} set to {v!r}" for k, v in settings
+        changed = [_change(k, prior[k], v) if k in prior else f"{k} set to {v!r}" for k, v in settings
                    if prior.get(k, ...) != v]
         if changed:
             return f"{where} changed {', '.join(changed[:3])}"
@@ -175,6 +179,22 @@ def _what_changed(old: tuple | None, new: tuple) -> str:
     if len(was) != len(modules):
         return "modules were removed"
     return "the global module hooks changed" if old_hooks != hooks else "the autocast state changed"
+
+
+def _change(where: str, old: Any, new: Any) -> str:
+    """``where old → new``, descending into signed config objects and dicts
+    (:func:`~recompute.wrapper.model_signature`: ``(type, ((key, setting), ...))``) to the first setting
+    that differs: ``cfg.p 0.5 → 0.1``."""
+    def signed(x: Any) -> bool:
+        return type(x) is tuple and len(x) == 2 and isinstance(x[0], type) and type(x[1]) is tuple
+
+    if signed(old) and signed(new) and old[0] is new[0]:
+        before, after = dict(old[1]), dict(new[1])
+        for key in [*before, *(k for k in after if k not in before)]:
+            if before.get(key, ...) != after.get(key, ...):
+                step = f"[{key!r}]" if issubclass(old[0], dict) else f".{key}"
+                return _change(where + step, before.get(key, "unset"), after.get(key, "unset"))
+    return f"{where} {old!r} → {new!r}"
 
 
 @dataclass(frozen=True)
@@ -203,6 +223,14 @@ def _call_layout(forward: Callable[..., Any], args: tuple, kwargs: dict[str, Any
     if signature is not None:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
+        if bound.arguments.get("use_cache", False) is None:
+            # a training step returns no key-value cache (a planned step returns tensors): as Hugging
+            # Face's gradient checkpointing does, the model is called without one
+            warnings.warn(f"{getattr(forward, '__qualname__', 'forward')} takes use_cache: a planned training step "
+                          "returns tensors, not a key-value cache, so it is called with use_cache=False, as Hugging "
+                          "Face's gradient checkpointing does (pass use_cache=False to say so yourself)", CacheWarning,
+                          stacklevel=4)
+            bound.arguments["use_cache"] = False
         args, kwargs = bound.args, bound.kwargs
     tensors: list[torch.Tensor] = []
 

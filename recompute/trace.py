@@ -170,6 +170,14 @@ def _export(model: torch.nn.Module, args: tuple, loss_fn: Callable[[Any], torch.
                 "then plan again."
             ) from own
         where = _user_frame(exc)
+        if "use_reentrant=True, torch.utils.checkpoint is incompatible" in str(exc):
+            raise TraceError(
+                f"{name} checkpoints a region itself with torch.utils.checkpoint(use_reentrant=True), whose backward "
+                "a traced step cannot run" + (f"\n  at {where}" if where else "")
+                + "\nWhat to do: checkpoint with use_reentrant=False (what PyTorch recommends; Hugging Face's "
+                "gradient_checkpointing_enable() does by default), or turn the model's own checkpointing off: the plan "
+                "decides what is recomputed."
+            ) from exc
         if "convert all Tensors to FakeTensors" in str(exc):
             raise TraceError(
                 f"{name}.forward reads a tensor that is not its parameter, buffer or input"

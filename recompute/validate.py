@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import sys
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 import torch
@@ -38,8 +39,11 @@ def describe(value: Any) -> str:
 
 
 def check_model(model: Any) -> None:
-    """``model`` must be an ``nn.Module`` (its parameters, buffers and train mode are part of the step)."""
+    """``model`` must be an ``nn.Module`` (its parameters, buffers and train mode are part of the step),
+    not one sharded or replicated for data parallelism already: planning runs its forward once, which
+    FSDP2 takes for its lazy initialization, and DDP's forward holds its buckets' hooks."""
     if isinstance(model, torch.nn.Module):
+        _check_not_distributed(model)
         return
     hint = ""
     if callable(model):
@@ -137,6 +141,22 @@ def check_rewrites(given: dict[str, Any], split_convolutions: Any, *, auto: bool
                          f"leave {', '.join(chosen)} out, or name a planner to apply them to "
                          "(method='approxdp', strategy='tc'|'mc')")
     return {flag: bool(on) for flag, on in given.items()}
+
+
+def _check_not_distributed(model: torch.nn.Module) -> None:
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    sharded = [name or "the model" for name, m in model.named_modules()
+               if fsdp is not None and isinstance(m, fsdp.FSDPModule)]
+    if sharded:
+        raise ValueError(f"{', '.join(sharded[:3])}{', …' if len(sharded) > 3 else ''} of {type(model).__name__} is "
+                         "sharded by FSDP2's fully_shard already; planning runs the forward once, which FSDP takes for "
+                         "its lazy initialization. What to do: optimize before fully_shard, e.g. for each block "
+                         "model.blocks[i] = recompute.optimize(block, (x,)); fully_shard(model.blocks[i]); then "
+                         "fully_shard(model)")
+    ddp = sys.modules.get("torch.nn.parallel.distributed")
+    if ddp is not None and isinstance(model, ddp.DistributedDataParallel):
+        raise ValueError("the model is wrapped in DistributedDataParallel already. What to do: optimize the module "
+                         "before wrapping it: DDP(recompute.optimize(model, (x,)))")
 
 
 def check_graph(graph: Any) -> None:

@@ -12,6 +12,7 @@ the ``model.`` keys loads too. What a wrapper builds from the model (a traced st
 from __future__ import annotations
 
 import enum
+import weakref
 from typing import Any
 
 import torch
@@ -40,23 +41,40 @@ _PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.
           torch.memory_format, enum.Enum)
 
 
-def _setting(value: Any) -> Any:
+def _setting(value: Any, memo: dict[int, Any]) -> Any:
     """What a module attribute contributes to the traced program: a plain value (a dropout rate, a
     stride, BatchNorm's momentum) itself, a function (a monkey-patched ``forward``, an activation held
-    as an attribute) its identity; ``...`` for anything else (a submodule is signed on its own)."""
+    as an attribute) its identity, a container of settings — a dict, a list, a config object (a
+    dataclass, a ``SimpleNamespace``, Hugging Face's ``PretrainedConfig``, which every layer of its
+    models reads as ``self.config``) — its settings, each config object once per signature
+    (``memo``); ``...`` for anything else (a submodule is signed on its own, a tensor is traced)."""
     if type(value) is tuple and all(type(v) in _SCALARS for v in value):
         return value
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, (tuple, list)):
-        items = tuple(_setting(v) for v in value)
+        items = tuple(_setting(v, memo) for v in value)
         return ... if ... in items else items
-    return ("callable", id(value)) if callable(value) and not isinstance(value, torch.nn.Module) else ...
+    if isinstance(value, (torch.nn.Module, torch.Tensor, weakref.ref)):
+        # a weak reference is callable, but names a tensor (an RNN's ``_flat_weight_refs``, rebuilt by
+        # each trace: signed by identity, every call would have traced again)
+        return ...
+    if callable(value):
+        return ("callable", id(value))
+    if isinstance(value, dict) or hasattr(value, "__dict__"):
+        key = id(value)
+        if key not in memo:
+            memo[key] = ...  # a config that refers to itself signs that reference as nothing
+            items = value.items() if isinstance(value, dict) else vars(value).items()
+            memo[key] = (type(value), tuple((k, _setting(v, memo)) for k, v in items if not isinstance(k, torch.Tensor)))
+        return memo[key]
+    return ...
 
 
 def model_signature(model: torch.nn.Module) -> tuple:
     """Everything of ``model`` but its tensors' values that the traced step is made of: each
-    submodule's name, class, ``training`` flag and other plain settings (:func:`_setting`) and hooks,
+    submodule's name, class, ``training`` flag and other settings, those inside its dicts and config
+    objects too (:func:`_setting`), and hooks,
     its parameters' and buffers' names, shapes, strides, dtypes, devices and ``requires_grad``; the
     global module hooks. A traced step runs the program it was traced as: a ReLU replaced by an
     identity, a new momentum or a hook added after tracing would be ignored, silently, and weights
@@ -64,9 +82,10 @@ def model_signature(model: torch.nn.Module) -> tuple:
     the modules' dictionaries, made on every call: DenseNet-161's 573 modules take ~5 ms on this CPU,
     ResNet-50's 151 ~1 ms.)"""
     signed = []
+    memo: dict[int, Any] = {}
     for name, m in model.named_modules(remove_duplicate=False):
         d = vars(m)
-        settings = tuple([(k, v if type(v) in _SCALARS else _setting(v)) for k, v in d.items() if k not in _INTERNALS])
+        settings = tuple([(k, v if type(v) in _SCALARS else _setting(v, memo)) for k, v in d.items() if k not in _INTERNALS])
         hooks = tuple([tuple(d[h]) for h in _HOOKS]) if any([d[h] for h in _HOOKS]) else ()
         tensors = tuple([(k, t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
                          for k, t in (d["_parameters"] | d["_buffers"]).items() if t is not None]) \

@@ -18,6 +18,23 @@ SUBSET = ["resnet18", "smp.Unet(resnet18)", "transformer_block", "embedding", "l
 NOT_BITWISE = {"lstm"}
 
 
+# today's models from the libraries people train with (transformers, timm), from configs, dropout on
+LIBRARIES = [m.name for m in corpus.corpus() if m.family in ("huggingface", "timm")]
+
+
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_a_library_models_step_is_plain_trainings(name):
+    assert corpus.check(corpus.model(name), corpus.method("approxdp-mc")).kind is corpus.Kind.BITWISE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", [m.label for m in corpus.METHODS])
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_every_method_trains_a_library_model_like_plain_training(name, label):
+    outcome = corpus.check(corpus.model(name), corpus.method(label))
+    assert outcome.ok, outcome
+
+
 @pytest.mark.parametrize("label", ["approxdp-tc", "chen"])
 @pytest.mark.parametrize("name", SUBSET)
 def test_a_step_of_an_optimized_model_is_plain_trainings(name, label):

@@ -4,9 +4,12 @@ new input shape, as a recurrent network — each step compared with plain traini
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import re
+import types
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ import torch.nn as nn
 
 import recompute
 from recompute.exactness import float64_distance, train_step
-from recompute.optimize import MAX_PLANS
+from recompute.optimize import MAX_PLANS, _what_changed
 
 
 def _net(seed: int = 0) -> nn.Sequential:
@@ -493,6 +496,58 @@ def test_recurrent_networks_are_planned_and_as_close_to_float64_as_eager(cell):
     ours, eager = float64_distance(model, wrapped, (torch.randn(4, 5, 8, requires_grad=True),))
     assert wrapped.last is not None
     assert ours <= 2 * eager + 1e-7, (ours, eager)
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU])
+def test_a_recurrent_network_trains_on_data_without_gradient_and_is_planned_once(cell):
+    """The usual case: the inputs are data, no gradient; the backward of the traced RNN got None for a
+    workspace it needs. And tracing rebuilt the RNN's flat weights, a new key at every call: the step
+    traced and planned again every time (~1 s against 1 ms plain), RetraceWarning from the ninth."""
+    model = _Recurrent(cell)
+    wrapped = recompute.optimize(model)
+    x = torch.randn(4, 5, 8)
+    for _ in range(3):
+        ours, eager = float64_distance(model, wrapped, (x,))
+        assert ours <= 2 * eager + 1e-7, (ours, eager)
+    assert wrapped._traced == 1
+
+
+class _Configured(nn.Module):
+    """A forward that reads a setting from a config object, as Hugging Face's layers read ``self.config``."""
+
+    def __init__(self, config: Any):
+        super().__init__()
+        torch.manual_seed(0)
+        self.config, self.fc, self.out = config, nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.config["scale"] if isinstance(self.config, dict) else self.config.scale
+        return self.out(torch.relu(self.fc(x)) * scale)
+
+
+@dataclasses.dataclass
+class _Config:
+    scale: float = 0.5
+
+
+@pytest.mark.parametrize("config", [{"scale": 0.5}, types.SimpleNamespace(scale=0.5), _Config()],
+                         ids=["dict", "namespace", "dataclass"])
+def test_a_setting_changed_inside_a_config_object_plans_again(config):
+    """The old plan had run silently (loss 0.0220 against plain training's 0.1956)."""
+    plain = _Configured(copy.deepcopy(config))
+    wrapped = recompute.optimize(_Configured(config), method="approxdp")
+    x = torch.randn(4, 8)
+    _same_step(plain, wrapped, (x,))
+    for c in (config, plain.config):
+        if isinstance(c, dict):
+            c["scale"] = 0.1
+        else:
+            c.scale = 0.1
+    first = wrapped._last_key
+    _same_step(plain, wrapped, (x,))
+    assert wrapped._traced == 2
+    assert _what_changed(first, wrapped._last_key).endswith("['scale'] 0.5 → 0.1" if isinstance(config, dict)
+                                                            else ".scale 0.5 → 0.1")
 
 
 def test_rnn_dropout_that_tracing_would_drop_is_refused():

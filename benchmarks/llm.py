@@ -1,0 +1,238 @@
+"""Language models at the sizes people train them: peak memory of a training step, and the longest
+sequence that fits a memory budget, under PyTorch's methods and ours (``fake`` backend).
+
+    python -m benchmarks.llm            # print the tables
+    python -m benchmarks.llm --write    # and docs/benchmarks.md, paper_figures/llm_sequence.{json,png}
+
+Two Hugging Face models built from configs (random weights, nothing downloaded): GPT-2 (124 M
+parameters) at batch 8 and 1024 tokens, and a Llama-style model of 1.1 B parameters (22 layers,
+hidden 2048, grouped-query attention with 32 heads over 4 key-value heads, like TinyLlama) at batch 4
+and 2048 tokens. Each step's peak is the ``fake`` backend's (every tensor storage of the real step, no
+arithmetic), the parameters and AdamW's two float32 moments (8 bytes a parameter, held alike by every
+method) added. Methods:
+
+* eager, as plain training;
+* ``gradient_checkpointing_enable()``: Hugging Face's own checkpointing of every layer (non-reentrant);
+* selective activation checkpointing per layer, the compute-intensive ops saved (``torch_sac``);
+* ``torch.compile``'s min-cut partition at ``activation_memory_budget`` 0.5 — its modules priced op by op,
+  unfused (:func:`recompute.partitions.price`), where inductor would fuse pointwise ops: a modelled
+  number, so labelled;
+* ours by default: ``recompute.optimize(model, (ids,))`` (the least peak within 1.3× plain training's
+  modelled time, the ops timed on this CPU).
+
+Then, for each method, the longest sequence (a multiple of 128) whose step fits each of
+:data:`BUDGETS`, found by doubling and halving the length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+import recompute
+from recompute import partitions
+
+from .common import REPO, head_commit, made_by, markdown_table, write_atomic, write_section
+
+GIB = 2**30
+ADAM = 8  # bytes a parameter of AdamW's two float32 moments
+BUDGETS = (24 * GIB, 80 * GIB)
+STEP = 128  # sequence lengths searched in multiples of this
+FIGURES = REPO / "paper_figures"
+
+
+@dataclass(frozen=True)
+class LanguageModel:
+    """A model at the size it is compared at."""
+
+    name: str
+    batch: int
+    length: int
+    build: Callable[[int], torch.nn.Module]  # the model for sequences up to the given length
+
+
+def _gpt2(length: int) -> torch.nn.Module:
+    import transformers
+
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(n_positions=max(length, 1024), use_cache=False))
+
+
+@functools.cache
+def _llama_at_any_length() -> torch.nn.Module:
+    import transformers
+
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4,
+        vocab_size=32000, max_position_embeddings=2**17, use_cache=False))
+
+
+def _llama(length: int) -> torch.nn.Module:
+    """Built once (its rotary positions have no parameters: the same model at every length); a method
+    that changes the model (``torch.compile``'s capture moves it to the meta device) gets a copy."""
+    return copy.deepcopy(_llama_at_any_length())
+
+
+MODELS = (LanguageModel("GPT-2 124M", 8, 1024, _gpt2), LanguageModel("Llama 1.1B (GQA 32/4)", 4, 2048, _llama))
+
+
+def _ids(model: torch.nn.Module, batch: int, length: int) -> torch.Tensor:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.empty(batch, length, dtype=torch.long)
+
+
+Method = Callable[[torch.nn.Module, torch.Tensor], int]  # → the step's peak (bytes, fake backend, no parameters)
+
+
+def _eager(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    return recompute.measure(model, (ids,), backend="fake").peak_bytes
+
+
+def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    model.gradient_checkpointing_enable()
+    try:
+        return recompute.measure(model, (ids,), backend="fake").peak_bytes
+    finally:
+        model.gradient_checkpointing_disable()
+
+
+def _sac(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    sac = recompute.optimize(model, method="torch_sac")
+    return recompute.measure(model, (ids,), runner=sac, backend="fake").peak_bytes
+
+
+def _compiled(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    meta = torch.empty(ids.shape, dtype=ids.dtype, device="meta")
+    c = partitions.capture(model.to("meta"), [meta])
+    fw, bw = partitions.torch_partition(c, 0.5)
+    return partitions.price(c, fw, bw, _NoTime()).peak - c.param_bytes
+
+
+class _NoTime:
+    """A time model that prices nothing: the compiled partition's peak is what is compared here."""
+
+    def seconds(self, calls: Sequence[Any]) -> float:
+        return 0.0
+
+
+def _ours(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    m = recompute.optimize(model)
+    return recompute.measure(model, (ids,), runner=m, backend="fake").peak_bytes
+
+
+METHODS: dict[str, Method] = {
+    "eager": _eager,
+    "Hugging Face gradient checkpointing": _hf_checkpointing,
+    "SAC per layer": _sac,
+    "torch.compile budget 0.5 [unfused op-by-op model]": _compiled,
+    "ours (default)": _ours,
+}
+
+
+@dataclass
+class Row:
+    """One method on one model: the step's peak at the model's size, and the longest sequence per budget."""
+
+    model: str
+    method: str
+    batch: int
+    length: int
+    peak_with_params: int | None
+    longest: dict[str, int | None]
+    seconds: float
+    commit: str = ""
+
+
+def run_model(lm: LanguageModel, methods: Sequence[str], budgets: Sequence[int], commit: str) -> list[Row]:
+    rows = []
+    for label in methods:
+        start = time.perf_counter()
+        peaks: dict[int, int] = {}
+
+        def peak(length: int) -> int:
+            if length not in peaks:
+                model = lm.build(length).train()
+                params = sum(p.numel() for p in model.parameters())
+                peaks[length] = METHODS[label](model, _ids(model, lm.batch, length)) + params * 4 + ADAM * params
+                print(f"{lm.name} {label} at {length} tokens: {peaks[length] / GIB:.2f} GiB", flush=True)
+            return peaks[length]
+
+        longest = {f"{b / GIB:g} GiB": _longest(peak, b) for b in budgets}
+        rows.append(Row(lm.name, label, lm.batch, lm.length, peak(lm.length), longest, time.perf_counter() - start, commit))
+    return rows
+
+
+def _longest(peak: Callable[[int], int], budget: int, cap: int = 2**17) -> int | None:
+    """The longest multiple of :data:`STEP` whose ``peak`` fits ``budget``: doubling, then bisection."""
+    if peak(STEP) > budget:
+        return None
+    lo, hi = STEP, 2 * STEP
+    while hi <= cap and peak(hi) <= budget:
+        lo, hi = hi, 2 * hi
+    while hi - lo > STEP:
+        mid = (lo + hi) // 2 // STEP * STEP
+        lo, hi = (mid, hi) if peak(mid) <= budget else (lo, mid)
+    return lo
+
+
+def table(rows: Sequence[Row]) -> str:
+    budgets = list(rows[0].longest)
+    return markdown_table(
+        ["model", "method", "peak at batch × length (GiB, with parameters and AdamW)", *(f"longest sequence in {b}" for b in budgets)],
+        [[r.model, r.method, f"{r.peak_with_params / GIB:.2f} at {r.batch} × {r.length}",
+          *(f"{r.longest[b]:,}" if r.longest[b] else "none" for b in budgets)] for r in rows])
+
+
+def figure(rows: Sequence[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r.model for r in rows))
+    budgets = list(rows[0].longest)
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        ours = [r for r in rows if r.model == model]
+        width = 0.8 / len(budgets)
+        for j, b in enumerate(budgets):
+            ax.barh([i + j * width for i in range(len(ours))], [r.longest[b] or 0 for r in ours], height=width, label=b)
+        ax.set_yticks([i + width * (len(budgets) - 1) / 2 for i in range(len(ours))], [r.method for r in ours], fontsize=7)
+        ax.set_xlabel("longest sequence that fits (tokens)")
+        ax.set_title(f"{model}, batch {ours[0].batch}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=[m.name for m in MODELS], choices=[m.name for m in MODELS])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/llm_sequence.*")
+    args = parser.parse_args(argv)
+    commit = head_commit()
+    rows = [r for lm in MODELS if lm.name in args.models for r in run_model(lm, args.methods, BUDGETS, commit)]
+    text = table(rows)
+    print(text)
+    if args.write:
+        write_atomic(FIGURES / "llm_sequence.json",
+                     lambda tmp: Path(tmp).write_text(json.dumps([asdict(r) for r in rows], indent=1)))
+        figure(rows, FIGURES / "llm_sequence.png")
+        write_section(REPO / "docs" / "benchmarks.md", "llm",
+                      f"{made_by(commit, 'fake backend; peaks with parameters and AdamW moments', argv=argv)}\n\n{text}\n\n"
+                      "![longest sequence](../paper_figures/llm_sequence.png)")
+
+
+if __name__ == "__main__":
+    main()
