@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
+import torch._dynamo.config
 from torch._dynamo.backends.debugging import boxed_nop
 from torch._functorch._aot_autograd.descriptors import GradAOTOutput, InputMutationAOTOutput
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -61,7 +62,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from .convsplit import split_convolution_backwards
 from .fxnodes import output_tensors, runs_once
 from .graph import Graph
-from .joint import JointProgram
+from .joint import JointProgram, rnn_for_training
 from .plan import AUTO, Door, Plan, default_cost_model, plan, spec
 from .remat import recompute_late, rematerialize
 from .schedule import Instance, Schedule
@@ -113,6 +114,8 @@ class Backend:
         self.cost_model, self.remat, self.plan_options = cost_model, remat, plan_options
         self.split_convolutions = split_convolutions
         self.rewrites = dict(rewrites or {})
+        # dynamo runs RNN modules outside its graphs unless told otherwise: unplanned, and no word of it
+        torch._dynamo.config.allow_rnn = True
         self.cost_options = dict(cost_options or {})
         self.partitions: list[Partition] = []
 
@@ -124,12 +127,13 @@ class Backend:
                 f"split_convolutions={self.split_convolutions!r}{rewrites}{options})")
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        if self.runtime == "eager":
-            return aot_module_simplified(gm, example_inputs, fw_compiler=boxed_nop, bw_compiler=boxed_nop,
-                                         partition_fn=self.partition)
-        from torch._inductor.compile_fx import compile_fx
+        with rnn_for_training():  # an LSTM traced the way it is differentiated (recompute.joint)
+            if self.runtime == "eager":
+                return aot_module_simplified(gm, example_inputs, fw_compiler=boxed_nop, bw_compiler=boxed_nop,
+                                             partition_fn=self.partition)
+            from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": _Inductor(self.partition)})
+            return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": _Inductor(self.partition)})
 
     def partition(self, joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int,
                   static_lifetime_input_indices: list[int] | None = None,
@@ -429,7 +433,9 @@ def backend(
     recomputed (:func:`recompute.remat.rematerialize`), if the schedule's simulated peak does not rise.
     ``split_convolutions`` runs each convolution backward that last reads its input as two ops, so that
     the input is freed in between (:func:`split_convolution_backwards`). Checked here, so that a bad
-    option fails before compiling; planning happens when dynamo compiles.
+    option fails before compiling; planning happens when dynamo compiles. It turns on
+    ``torch._dynamo.config.allow_rnn``: dynamo would otherwise run an LSTM or GRU outside its graphs,
+    where no plan reaches it, without a word.
     """
     check_budget(budget)
     cost_model = default_cost_model(method) if cost_model is None else cost_model

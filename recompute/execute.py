@@ -151,18 +151,7 @@ class _Graphs:
         new.meta = dict(node.meta)
         if into is not None:
             new.target, new.kwargs = written_into(node.target, new.kwargs, env[into])
-        elif node.target is torch.ops.aten.mkldnn_rnn_layer.default and node.args[-1]:
-            new.target = _rnn_layer_for_backward
         return new
-
-
-def _rnn_layer_for_backward(*args: Any) -> tuple:
-    """A oneDNN LSTM layer whose backward the step runs (``train=True``): its kernel makes the workspace
-    that backward reads only with grad mode on, which the step's forward graph, inside an autograd
-    Function, runs without. Its outputs are the step's own (detached)."""
-    with torch.enable_grad():
-        out = torch.ops.aten.mkldnn_rnn_layer.default(*args)
-    return tuple(t.detach() for t in out)
 
 
 class _Run(torch.autograd.Function):

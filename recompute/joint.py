@@ -36,7 +36,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_map
 
-__all__ = ["JointProgram", "StepError", "trace_step"]
+__all__ = ["JointProgram", "StepError", "trace_step", "rnn_for_training", "without_caches", "CacheDropped", "OwnCheckpoints"]
 
 
 @dataclass(eq=False)
@@ -215,7 +215,8 @@ def trace_step(
     # torch.compiler.is_compiling() is true while tracing, as under torch.compile and torch.export: a
     # model that checks it takes its traceable path (Hugging Face's masks skip a data-dependent check
     # for packed sequences, `if not is_tracing(mask) and (mask[:, -1] == 0).all()`)
-    with _real_parameters_allowed(detect_fake_mode(inputs)), _eager_kernels(), torch.compiler._compile_session_context():
+    with (_real_parameters_allowed(detect_fake_mode(inputs)), _eager_kernels(), torch.compiler._compile_session_context(),
+          rnn_for_training()):
         with _own_checkpoints() as regions:
             tangents, differentiable, unused = _probe(model, inputs, loss_fn)
         if regions:
@@ -233,7 +234,6 @@ def trace_step(
             finally:
                 for hook in step.hooks:
                     hook.remove()
-    _rnn_layers_kept_for_backward(gm)
     by_name = {n.name: n for n in gm.graph.nodes}
     seed = by_name[sig.user_outputs[0]]
     user_outputs, detached = [], set()
@@ -266,17 +266,29 @@ def trace_step(
     )
 
 
-def _rnn_layers_kept_for_backward(gm: fx.GraphModule) -> None:
-    """Each oneDNN LSTM layer whose backward the step runs made in training mode. torch's LSTM
-    decomposition picks the oneDNN layer where the input takes no gradient (the usual case: the input
-    is data) and calls it with ``train=False``, as if nothing needed its backward; then the real kernel
-    makes no workspace and the layer's backward, which the parameters' gradients need, fails ("Expected
-    a proper Tensor but got None ... 'workspace'"). The traced shapes already hold the workspace."""
-    layer, backward = torch.ops.aten.mkldnn_rnn_layer.default, torch.ops.aten.mkldnn_rnn_layer_backward.default
-    for n in gm.graph.find_nodes(op="call_function", target=layer):
-        if not n.args[-1] and any(b.target is backward for u in n.users for b in u.users):
-            n.args = (*n.args[:-1], True)
-    gm.recompile()
+@contextlib.contextmanager
+def rnn_for_training() -> Iterator[None]:
+    """While tracing a training step: torch's LSTM decomposition traced the way it is differentiated.
+    It picks oneDNN's inference layer (``mkldnn_rnn_layer``, ``train=False``) wherever the input takes
+    no gradient — the usual case, the input is data — as if nothing needed the layer's backward; but the
+    parameters' gradients do, and that layer's kernel keeps the workspace its backward reads only with
+    grad mode on, which the step's forward module (inside an autograd Function) runs without ("Expected
+    a proper Tensor but got None ... 'workspace'"). Where a parameter requires grad, the generic layer
+    (its gates as ATen ops) is traced, as it is for an input that requires grad."""
+    from torch._decomp import decompositions
+
+    select = decompositions.select_one_layer_lstm_function
+
+    def for_training(input: torch.Tensor, hx: Any, params: Any) -> Callable[..., Any]:
+        if any(t.requires_grad for layer in params for t in layer):
+            return decompositions.one_layer_lstm
+        return select(input, hx, params)
+
+    decompositions.select_one_layer_lstm_function = for_training
+    try:
+        yield
+    finally:
+        decompositions.select_one_layer_lstm_function = select
 
 
 @contextlib.contextmanager

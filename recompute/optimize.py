@@ -16,11 +16,11 @@ from .execute import Executor
 from .graph import Graph
 from .plan import AUTO, Door, Plan, default_cost_model, plan, spec
 from .planners.auto import choose
-from .trace import trace
+from .trace import Untraceable, trace
 from .validate import check_arguments, check_budget, check_cost_model, check_inputs, check_model, check_rewrites, describe
 from .wrapper import ModelWrapper, model_signature
 
-__all__ = ["optimize", "RecomputeModule", "RetraceWarning", "CacheWarning", "MAX_PLANS"]
+__all__ = ["optimize", "RecomputeModule", "RetraceWarning", "CacheWarning", "CaptureWarning", "MAX_PLANS"]
 
 
 class RecomputeModule(ModelWrapper):
@@ -48,8 +48,8 @@ class RecomputeModule(ModelWrapper):
         self.method, self.strategy, self.budget, self.recompute_late = method, strategy, budget, recompute_late
         self.in_place, self.recompute_at_peak, self.split_convolutions = in_place, recompute_at_peak, split_convolutions
         self.cost_model, self.plan_options, self.cost_options = cost_model, plan_options, dict(cost_options or {})
-        self._executors: dict[tuple, Executor] = {}
-        self.last: Executor | None = None
+        self._executors: dict[tuple, Executor | _Captured] = {}
+        self.last: Executor | _Captured | None = None
         self._last_key: tuple | None = None
         self._traced = 0  # traces so far (the plans kept are at most MAX_PLANS of them)
         _compiled_around(type(self))
@@ -80,11 +80,11 @@ class RecomputeModule(ModelWrapper):
             tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in devices),
         )
 
-    def prepare(self, *args: Any, **kwargs: Any) -> Executor:
+    def prepare(self, *args: Any, **kwargs: Any) -> "Executor | _Captured":
         """Trace and plan for a call like this one (done lazily by ``forward``)."""
         return self._prepared(*_call_layout(self.model.forward, args, kwargs))
 
-    def _prepared(self, tensors: tuple[torch.Tensor, ...], layout: tuple) -> Executor:
+    def _prepared(self, tensors: tuple[torch.Tensor, ...], layout: tuple) -> "Executor | _Captured":
         check_inputs(tensors)
         key = (layout, self._program_key(tensors))
         if key not in self._executors:
@@ -104,18 +104,48 @@ class RecomputeModule(ModelWrapper):
             def trace_at(split: bool | frozenset[str]) -> Graph:
                 return trace(module, tensors, cost_model=self.cost_model, split_convolutions=split, **self.cost_options)
 
-            if self.method == AUTO:
-                g, p = choose(trace_at, budget=self.budget, split_convolutions=self.split_convolutions,
-                              **self.plan_options)
-            else:
-                g = trace_at(bool(self.split_convolutions))
-                p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
-                p = p.with_rewrites(g, recompute_late=self.recompute_late, recompute_at_peak=self.recompute_at_peak,
-                                    in_place=self.in_place)
-            self._executors[key] = Executor(g, p, module)
+            try:
+                self._executors[key] = self._planned(trace_at, module)
+            except Untraceable as e:
+                # what a whole-step export cannot take (control flow on a tensor's value), TorchDynamo
+                # captures in graphs, each planned on its own by the compile backend
+                warnings.warn(f"{type(self.model).__name__}'s step could not be traced whole ({_first(e)}); it is "
+                              "captured by TorchDynamo instead, each graph between its breaks planned on its own "
+                              "(m.capture == 'dynamo')", CaptureWarning, stacklevel=3)
+                self._executors[key] = _Captured(module, self._backend())
             self._traced += 1
         self.last, self._last_key = self._executors[key], key
         return self.last
+
+    def _planned(self, trace_at: Callable[[bool | frozenset[str]], Graph], module: torch.nn.Module) -> Executor:
+        """The step traced whole and planned: by ``auto`` (which chooses the splits and rewrites) or by
+        the planner, with the rewrites asked for."""
+        if self.method == AUTO:
+            g, p = choose(trace_at, budget=self.budget, split_convolutions=self.split_convolutions,
+                          **self.plan_options)
+        else:
+            g = trace_at(bool(self.split_convolutions))
+            p = plan(g, self.method, strategy=self.strategy, budget=self.budget, **self.plan_options)
+            p = p.with_rewrites(g, recompute_late=self.recompute_late, recompute_at_peak=self.recompute_at_peak,
+                                in_place=self.in_place)
+        return Executor(g, p, module)
+
+    def _backend(self) -> Any:
+        """``recompute.backend`` with this module's method and options (its eager runtime: bitwise)."""
+        from .dynamo import backend
+
+        auto = self.method == AUTO
+        rewrites = {} if auto else {"recompute_late": self.recompute_late, "recompute_at_peak": self.recompute_at_peak,
+                                    "in_place": self.in_place}
+        return backend(self.method, strategy=self.strategy, budget=self.budget, cost_model=self.cost_model,
+                       cost_options=self.cost_options or None, split_convolutions=self.split_convolutions if auto
+                       else bool(self.split_convolutions), **rewrites, **self.plan_options)
+
+    @property
+    def capture(self) -> str | None:
+        """How the most recent training call's step was captured: ``export`` (traced whole, one plan,
+        the executor) or ``dynamo`` (TorchDynamo's graphs, each planned by ``recompute.backend``)."""
+        return None if self.last is None else "dynamo" if isinstance(self.last, _Captured) else "export"
 
     def records_backward(self, inputs: tuple[torch.Tensor, ...]) -> bool:
         """Whether autograd would record a step on ``inputs``: only then is there a plan to follow."""
@@ -141,6 +171,38 @@ def _compiled_around(cls: type) -> None:
 
 
 MAX_PLANS = 8  # plans a RecomputeModule keeps (torch.compile's recompile limit is 8 too)
+
+
+class _Captured:
+    """A step TorchDynamo captures (``torch.compile`` with ``recompute.backend``), called like an
+    executor: the model's graphs between its breaks, each planned. ``graph`` and ``plan`` are those of
+    the graph planned last."""
+
+    def __init__(self, module: torch.nn.Module, backend: Any):
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        self.backend = backend
+        self.step = torch.compile(module, backend=backend, dynamic=False)
+
+    def __call__(self, *tensors: torch.Tensor) -> Any:
+        return self.step(*tensors)
+
+    @property
+    def graph(self) -> Graph | None:
+        return self.backend.partitions[-1].graph if self.backend.partitions else None
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.backend.partitions[-1].plan if self.backend.partitions else None
+
+
+def _first(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0]
+
+
+class CaptureWarning(UserWarning):
+    """An optimized model's step was captured by TorchDynamo, not traced whole."""
 
 
 class RetraceWarning(UserWarning):

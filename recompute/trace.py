@@ -41,11 +41,16 @@ from .graph import Graph
 from .validate import check_cost_model, check_flag, check_inputs, check_model, check_split_names
 from .workspace import step_workspace
 
-__all__ = ["trace", "graph_of", "TraceError", "HookWarning", "Program"]
+__all__ = ["trace", "graph_of", "TraceError", "Untraceable", "HookWarning", "Program"]
 
 
 class TraceError(RuntimeError):
     """The model could not be traced; the message names the op or line and what to do."""
+
+
+class Untraceable(TraceError):
+    """The step's export met what a whole-step trace cannot take (Python control flow on a tensor's
+    value, ``.item()``) where the model itself runs: TorchDynamo can capture it, in graphs."""
 
 
 @dataclass(eq=False)
@@ -185,13 +190,14 @@ def _export(model: torch.nn.Module, args: tuple, loss_fn: Callable[[Any], torch.
                 + "\nWhat to do: register it on the module (nn.Parameter, or register_buffer for a constant) "
                 "or pass it as an input (an input that requires grad gets its gradient)."
             ) from exc
-        raise TraceError(
+        raise Untraceable(
             f"could not trace {name}: {type(exc).__name__}: {_first_line(exc)}"
             + (f"\n  at {where}" if where else "")
             + "\nWhat to do: make forward() free of Python control flow on tensor values (use "
             "torch.where / torch.cond), of .item()/.tolist() and of non-tensor side effects, or plan "
             "the traceable sub-module on its own (an optimized sub-module passes gradients to the layers "
-            "around it). The torch error is chained below."
+            "around it); recompute.optimize captures such a model with TorchDynamo instead. The torch error "
+            "is chained below."
         ) from exc
 
 

@@ -17,7 +17,7 @@ import torch.nn as nn
 
 import recompute
 from recompute.exactness import float64_distance, train_step
-from recompute.optimize import MAX_PLANS, _what_changed
+from recompute.optimize import MAX_PLANS, CaptureWarning, _what_changed
 
 
 def _net(seed: int = 0) -> nn.Sequential:
@@ -510,6 +510,42 @@ def test_a_recurrent_network_trains_on_data_without_gradient_and_is_planned_once
         ours, eager = float64_distance(model, wrapped, (x,))
         assert ours <= 2 * eager + 1e-7, (ours, eager)
     assert wrapped._traced == 1
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU])
+def test_a_recurrent_network_is_planned_under_the_compile_backend(cell):
+    """Dynamo runs RNN modules outside its graphs unless ``allow_rnn``: no plan reached them, no word said."""
+    torch._dynamo.reset()
+    model, backend = _Recurrent(cell), recompute.backend("approxdp")
+    ours, eager = float64_distance(model, torch.compile(model, backend=backend), (torch.randn(4, 5, 8),))
+    torch._dynamo.reset()
+    assert backend.partitions and backend.partitions[-1].plan.recomputed()
+    assert ours <= 2 * eager + 1e-7, (ours, eager)
+
+
+class _Branchy(nn.Module):
+    """Python control flow on a tensor's value: no whole-step trace takes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.left, self.right = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32)), nn.Linear(32, 1), nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(x)
+        return self.left(h) if h.sum() > 0 else self.right(h)
+
+
+@pytest.mark.parametrize("method", ["auto", "approxdp"])
+def test_a_step_no_trace_takes_whole_is_captured_by_dynamo_and_trains_as_plain(method):
+    torch._dynamo.reset()
+    plain, x = _Branchy(), torch.randn(8, 16)
+    with pytest.warns(CaptureWarning, match="captured by TorchDynamo"):
+        wrapped = recompute.optimize(copy.deepcopy(plain), (x,), method=method)
+    assert wrapped.capture == "dynamo"
+    _same_step(plain, wrapped, (x,))
+    assert wrapped.plan.method == method  # planned when dynamo compiled, at the first step
+    torch._dynamo.reset()
 
 
 class _Configured(nn.Module):
