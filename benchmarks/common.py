@@ -128,7 +128,7 @@ FRACTION = in_range(float, 0, 1)  # torch.compile's activation_memory_budget
 def net_method_args(doc: str, methods: Sequence[str], default_nets: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line of a per-network × method benchmark: ``--nets`` (default ``default_nets``, else
     the paper's seven), ``--methods``, ``--write``."""
-    from recompute import nets
+    from experiments import nets
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(default_nets or nets.names(paper_only=True)))

@@ -6,7 +6,7 @@ For each network at the paper's batch and size: PyTorch's min-cut partition unde
 ``activation_memory_budget`` and our time-centric DP at its smallest peak, each trained once op by op
 (the ``aot_eager`` way: every ATen op a call, cuDNN's workspaces taken per call) and once compiled by
 inductor. Beside the measured CUDA peaks: the simulator's peak of the (forward, backward) pair
-without and with each op's workspace (:mod:`recompute.workspace`). Where the compiled step holds
+without and with each op's workspace (:mod:`recompute.capture.workspace`). Where the compiled step holds
 less than the simulated one with workspaces, a planner for inductor must not plan around them.
 """
 
@@ -23,10 +23,11 @@ from torch._dynamo.backends.debugging import boxed_nop
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 import recompute
-from recompute import nets
-from recompute.partitions import _decompositions
-from recompute.simulate import simulate_partition
-from recompute.workspace import Workspace
+from experiments import nets
+from benchmarks.partitions import _decompositions
+from recompute.core.storage import state_bytes
+from recompute.pricing.simulate import simulate_partition
+from recompute.capture.workspace import Workspace
 
 from .common import FRACTION, head_commit, made_by, markdown_table
 from .head_to_head_cuda import require_cuda
@@ -44,7 +45,7 @@ def simulated(forward: fx.GraphModule, backward: fx.GraphModule, workspace: Work
 def run_net(name: str, budgets: list[float]) -> list[list[Any]]:
     model, inputs = nets.build(name, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
-    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    params = state_bytes(model)
     workspace = Workspace(torch.device("cuda"))
     rows = []
 

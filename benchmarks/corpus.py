@@ -40,8 +40,8 @@ import torch
 import torch.nn as nn
 
 import recompute
-from recompute.exactness import compare, float64_distance
-from recompute.nets import DropoutNet
+from recompute.doors.exactness import compare, float64_distance
+from experiments.nets import DropoutNet
 
 from .common import NON_NEGATIVE, POSITIVE_INT, REPO, markdown_table, write_section
 

@@ -20,9 +20,9 @@ import torch
 from tqdm import tqdm
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
-from recompute.memory_model import PLANNING, MemoryModel
+from experiments import nets
+from recompute.doors.measure import default_loss
+from recompute.pricing.memory_model import PLANNING, MemoryModel
 
 from .common import NON_NEGATIVE_INT, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 

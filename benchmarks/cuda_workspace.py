@@ -21,8 +21,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
+from experiments import nets
+from recompute.doors.measure import default_loss
 
 from .common import REPO, head_commit, made_by, markdown_table, write_section
 

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python -m benchmarks.extrapolation                       # ResNet-50, 224², its probes (2 and 4)
     OMP_NUM_THREADS=1 python -m benchmarks.extrapolation --targets 32 --net googlenet --regimes default huge
 
-The head-to-head prices a paper-scale step by :class:`recompute.timing.BatchExtrapolation`: each op
+The head-to-head prices a paper-scale step by :class:`recompute.capture.timing.BatchExtrapolation`: each op
 of the joint graph timed alone at the probe batches (``--probes``, else the network's in the
 head-to-head) and extended linearly to the paper's. Here the same ops are also timed at ``--targets``
 batches and compared with what the probes predict for them, under settings of the CPU allocator and
@@ -31,7 +31,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from recompute.timing import OpCall, module_calls
+from recompute.capture.timing import OpCall, module_calls
 
 from .common import POSITIVE_INT, markdown_table
 from .head_to_head import HUGE_PAGES, PROBES, _capture, probe_model, probes_of

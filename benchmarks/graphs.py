@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 import recompute
-from recompute import nets
+from experiments import nets
 
 from .common import REPO, head_commit, made_by, markdown_table, write_section
 

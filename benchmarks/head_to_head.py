@@ -3,24 +3,24 @@
     OMP_NUM_THREADS=1 python -m benchmarks.head_to_head            # print the tables (two networks at a time)
     OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write    # and docs/benchmarks.md, paper_figures/pareto_<net>.{png,json}
 
-Per network, the training step (model, then :func:`recompute.measure.default_loss`) is compiled once
+Per network, the training step (model, then :func:`recompute.doors.measure.default_loss`) is compiled once
 on the ``meta`` device at the paper's batch and input size, with inductor's decompositions, and its
-joint graph captured (:func:`recompute.partitions.capture`); nothing is computed. On that one graph:
+joint graph captured (:func:`benchmarks.partitions.capture`); nothing is computed. On that one graph:
 
 * PyTorch: ``min_cut_rematerialization_partition`` over ``activation_memory_budget`` ∈ :data:`BUDGETS`
-  × every ``activation_memory_budget_solver`` torch ships (:data:`recompute.partitions.SOLVERS`);
+  × every ``activation_memory_budget_solver`` torch ships (:data:`benchmarks.partitions.SOLVERS`);
 * ours: ``recompute.backend(...)``'s partition for vanilla, the time-centric DP over ``--budgets``
   budgets of its own from its smallest plan's towards vanilla's and the memory-centric DP at its
   smallest, planned with the ``simulator`` memory model and the ``measured`` cost model given
   the time model below (:data:`PLANNING`: the DPs minimise the very seconds the points are priced
   by); each as planned and with cheap ops recomputed in the backward where that keeps
-  fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.remat`), and at
+  fewer bytes, at each weight of :data:`REMAT_WEIGHTS` (``+remat w``, :mod:`recompute.rewrites.remat`), and at
   :data:`SPLIT_WEIGHT` also with each convolution backward split where that frees its input earlier
   (``+split conv``, ``recompute.backend(split_convolutions=True)``: a lower peak for more time).
 
-Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.simulate.simulate_partition`
+Every (forward, backward) pair is priced the same way: its peak by :func:`recompute.pricing.simulate.simulate_partition`
 (plus parameters and buffers: everything the step holds, gradients included) and its step time by
-:class:`recompute.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
+:class:`recompute.capture.timing.BatchExtrapolation` — each op timed alone on this CPU (one thread, thread CPU
 time) at two probe batches and extended linearly to the paper's (an op of :data:`PROPORTIONAL`
 seconds or more at the small probe in proportion to the batch, untimed at the large one). The probes
 allocate as the paper-scale calls do (``python -m benchmarks.extrapolation`` compares them): with
@@ -52,22 +52,26 @@ import torch
 import torch.fx as fx
 
 import recompute
-from recompute import baselines, costs, nets
-from recompute.convsplit import split_convolution_backwards
-from recompute.inplace import simulated_in_place
-from recompute.graph import Graph
-from recompute.measure import default_loss
-from recompute.peakremat import needed_splits
-from recompute.partitions import (SOLVERS, JointCapture, Priced, capture, our_partition, price, split_convolutions,
+from recompute.core.storage import state_bytes
+from recompute.doors import baselines
+from recompute.capture import costs
+from experiments import nets
+from recompute.capture.convsplit import split_convolution_backwards
+from recompute.rewrites.inplace import simulated_in_place
+from recompute.core.graph import Graph
+from recompute.doors.measure import default_loss
+from recompute.rewrites.peak import needed_splits
+from benchmarks.partitions import (SOLVERS, JointCapture, Priced, capture, our_partition, price, split_convolutions,
                                   split_plan, torch_partition)
-from recompute.memory_model import MemoryModel
-from recompute.plan import InfeasibleBudget, Plan, spec
-from recompute.refine import finest, refine, step_peak
-from recompute.simulate import simulate_partition
-from recompute.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import InfeasibleBudget, Plan, spec
+from benchmarks.refining import finest, refine, step_peak
+from recompute.pricing.simulate import simulate_partition
+from recompute.capture.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import (POSITIVE, POSITIVE_INT, REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic,
                      write_section)
+from recompute.rewrites.pipeline import with_in_place, with_late_recompute, with_peak_recompute, with_rewrites
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 1.0)  # activation_memory_budget grid
@@ -465,26 +469,26 @@ NEAR_PLAIN = 0.01  # PyTorch's points within this of plain training's time are m
 def rewritten(graph: recompute.Graph, plans: list[tuple[str, str, Plan]], *, peak_only: bool = False
               ) -> list[tuple[str, str, Plan]]:
     """(method, knob, plan) for ``plans``, each also with cheap values recomputed again before late
-    reads where that lowers its peak (``+late``, :meth:`~recompute.Plan.with_late_recompute`), run with
-    eager PyTorch's memory habits (``+in-place``, :meth:`~recompute.Plan.with_in_place`), both
-    (``+late+in-place``, :meth:`~recompute.Plan.with_rewrites`: the late recomputations that the step
+    reads where that lowers its peak (``+late``, :func:`~recompute.rewrites.pipeline.with_late_recompute`), run with
+    eager PyTorch's memory habits (``+in-place``, :func:`~recompute.rewrites.pipeline.with_in_place`), both
+    (``+late+in-place``, :func:`~recompute.rewrites.pipeline.with_rewrites`: the late recomputations that the step
     run in place needs), and in place with the values held across its peak recomputed after it
-    (``+peak+in-place``, :meth:`~recompute.Plan.with_peak_recompute`; for the plans of :data:`AT_PEAK`):
+    (``+peak+in-place``, :func:`~recompute.rewrites.pipeline.with_peak_recompute`; for the plans of :data:`AT_PEAK`):
     the executor's points, here and in ``benchmarks.head_to_head_cuda``. ``peak_only``: only the last."""
-    peak = [(f"{method}+peak+in-place", knob, p.with_rewrites(graph, recompute_at_peak=True, in_place=True))
+    peak = [(f"{method}+peak+in-place", knob, with_rewrites(p, graph, recompute_at_peak=True, in_place=True))
             for method, knob, p in plans if (method.removesuffix(SPLIT), knob) in AT_PEAK]
     if peak_only:
         return peak
-    late = [(f"{method}+late", knob, q) for method, knob, p in plans if (q := p.with_late_recompute(graph)) is not p]
-    both = [(f"{method}+late+in-place", knob, q.with_in_place(graph)) for method, knob, p in plans
-            if (q := p.with_late_recompute(graph, then_in_place=True)) is not p]
-    return plans + late + [(f"{method}+in-place", knob, p.with_in_place(graph)) for method, knob, p in plans] + both + peak
+    late = [(f"{method}+late", knob, q) for method, knob, p in plans if (q := with_late_recompute(p, graph)) is not p]
+    both = [(f"{method}+late+in-place", knob, with_in_place(q, graph)) for method, knob, p in plans
+            if (q := with_late_recompute(p, graph, then_in_place=True)) is not p]
+    return plans + late + [(f"{method}+in-place", knob, with_in_place(p, graph)) for method, knob, p in plans] + both + peak
 
 
 def refined(graph: recompute.Graph, tc: Plan, mc: Plan, fast: Callable[[Plan], bool] | None = None,
             steps: int = 5) -> list[tuple[str, str, Plan]]:
     """(method, knob, plan) for the memory-centric plan ``mc`` refined with the time-centric plan
-    ``tc``'s nested lower sets (:func:`recompute.refine.refine`): at ``mc``'s own peak as the executor
+    ``tc``'s nested lower sets (:func:`benchmarks.refining.refine`): at ``mc``'s own peak as the executor
     runs it (late and in place), and, given ``fast`` (whether a plan's step is fast enough), at the
     smallest peak where it is, bisected in ``steps`` between that peak and the most refined plan's;
     each distinct plan once."""
@@ -523,7 +527,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     weight's gradient first, so that the peak pass may free the convolution's input, or recompute it,
     before the input's gradient is made; each plan listed as ``… +split conv+peak+in-place`` only. With
     ``True`` every split is planned, and the points listed are those of the step traced again with
-    the splits their peaks need alone (:func:`recompute.peakremat.needed_splits`; a split costs time:
+    the splits their peaks need alone (:func:`recompute.rewrites.peak.needed_splits`; a split costs time:
     up to 1.24× the fused op on large maps), none where no peak needs one. ``theirs``: PyTorch's
     points within :data:`NEAR_PLAIN` of plain training's time that hold less than our plain step in
     place, each met where it can be by that step with the peak pass capped at its time
@@ -560,7 +564,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
     plans.append(("approxdp_mc", "budget min", mc))
 
     def fast(p: Plan) -> bool:
-        run = p.with_rewrites(g, recompute_late=True, in_place=True)
+        run = with_rewrites(p, g, recompute_late=True, in_place=True)
         return ex.seconds(probed(run)) <= bar_ratio * eager_seconds
 
     plans += refined(g, first, mc, fast if bar_ratio and eager_seconds and not conv_splits else None)
@@ -596,7 +600,7 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
                                      lambda q: ex.seconds(probed(q)) <= bar_ratio * eager_seconds)):
             add_point(least.method.removeprefix("executor "), f"{least.knob} at the bar's time".strip(), found)
     # PyTorch's points at about plain training's time: our plain step in place with a little of the pass
-    in_place_plain = plain.with_in_place(g)
+    in_place_plain = with_in_place(plain, g)
     for t in sorted(theirs, key=lambda t: t.peak):
         if eager_seconds and t.time_ratio <= 1 + NEAR_PLAIN and t.peak < in_place_plain.peak + params and not any(
                 q.peak <= t.peak and q.time_ratio <= t.time_ratio * (1 + SAME_TIME) for q in points):
@@ -609,18 +613,18 @@ def executor_points(name: str, batch: int, size: int, ex: BatchExtrapolation, bu
 
 def capped_pass(graph: recompute.Graph, base: Plan, most: float, fast: Callable[[Plan], bool], steps: int = 4
                 ) -> Plan | None:
-    """``base`` with the peak pass run in place (:meth:`~recompute.Plan.with_peak_recompute`) at the
+    """``base`` with the peak pass run in place (:func:`~recompute.rewrites.pipeline.with_peak_recompute`) at the
     largest cap on its added cost, bisected in ``steps`` up to ``most``, whose step is ``fast``; None
     where none is or none holds less than ``base`` in place. The pass is greedy: capped, it takes other
     moves, and its peak does not fall evenly with the cap."""
     lo, hi, best = 0.0, most, None
     for _ in range(steps):
         mid = (lo + hi) / 2
-        if fast(q := base.with_peak_recompute(graph, limit=mid, then_in_place=True).with_in_place(graph)):
+        if fast(q := with_in_place(with_peak_recompute(base, graph, limit=mid, then_in_place=True), graph)):
             lo, best = mid, q
         else:
             hi = mid
-    return best if best is not None and best.peak < base.with_in_place(graph).peak else None
+    return best if best is not None and best.peak < with_in_place(base, graph).peak else None
 
 
 @lru_cache(maxsize=None)
@@ -630,7 +634,7 @@ def traced_step(name: str, batch: int, size: int, conv_splits: bool | frozenset[
     once per process: DenseNet-161's takes half a minute), and the bytes of the model's parameters and
     buffers."""
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
-    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    params = state_bytes(model)
     return recompute.trace(model, inputs, loss_fn=default_loss, split_convolutions=conv_splits), params
 
 
@@ -644,7 +648,7 @@ def step_calls(name: str, batch: int, size: int, step: str) -> list[OpCall]:
         return _eager_calls(name, batch, size, "eager", {})
     g = traced_step(name, batch, size)[0]
     p = recompute.plan(g, "vanilla")
-    return schedule_calls(g.program, (p.with_in_place(g) if step == "ours in place" else p).runs(g))
+    return schedule_calls(g.program, (with_in_place(p, g) if step == "ours in place" else p).runs(g))
 
 
 def _eager_calls(name: str, batch: int, size: int, method: str, options: dict[str, Any]) -> list[OpCall]:

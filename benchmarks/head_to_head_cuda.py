@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterator
 import torch
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
-from recompute.partitions import SOLVERS
+from experiments import nets
+from recompute.doors.measure import default_loss
+from benchmarks.partitions import SOLVERS
 
 from .common import (FRACTION, NON_NEGATIVE, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic,
                      write_section)

@@ -15,7 +15,7 @@ method) added. Methods:
 * ``gradient_checkpointing_enable()``: Hugging Face's own checkpointing of every layer (non-reentrant);
 * selective activation checkpointing per layer, the compute-intensive ops saved (``torch_sac``);
 * ``torch.compile``'s min-cut partition at ``activation_memory_budget`` 0.5 — its modules priced op by op,
-  unfused (:func:`recompute.partitions.price`), where inductor would fuse pointwise ops: a modelled
+  unfused (:func:`benchmarks.partitions.price`), where inductor would fuse pointwise ops: a modelled
   number, so labelled;
 * ours by default: ``recompute.optimize(model, (ids,))`` (the least peak within 1.3× plain training's
   modelled time, the ops timed on this CPU).
@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 import recompute
-from recompute import partitions
+from benchmarks import partitions
 
 from .common import REPO, head_commit, made_by, markdown_table, write_atomic, write_section
 

@@ -17,9 +17,9 @@ where activations, not the parameter gradients, make most of plain training's pe
 seconds on this CPU (the reason is stated per network).
 
 Per network, each method's first step compiles or plans (timed apart: ``setup_seconds``) and is
-compared with plain training's step from the same state (:func:`recompute.exactness.judge`:
+compared with plain training's step from the same state (:func:`recompute.doors.exactness.judge`:
 ``bitwise``, ``close`` within float32 rounding, or what differs); its second runs under the CPU
-allocator's meter (:class:`recompute.allocator.AllocatorMeter`: the profiler's memory events, which
+allocator's meter (:class:`recompute.capture.allocator.AllocatorMeter`: the profiler's memory events, which
 see what inductor's compiled code and the ops' own scratch allocate), the peak above what existed
 before the step (parameters excluded; ``peak_with_params`` adds the parameters and buffers). Then
 ``--steps`` rounds time one step of every method each, in an order that rotates from round to round,
@@ -53,11 +53,11 @@ import torch
 import torch.nn as nn
 
 import recompute
-from recompute import nets
-from recompute.allocator import AllocatorMeter
-from recompute.baselines import Unsupported
-from recompute.exactness import judge, train_step
-from recompute.measure import default_loss
+from experiments import nets
+from recompute.capture.allocator import AllocatorMeter
+from recompute.doors.baselines import Unsupported
+from recompute.doors.exactness import judge, train_step
+from recompute.doors.measure import default_loss
 
 from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic, write_section
 
@@ -200,7 +200,7 @@ def _compile_settings(jobs: int) -> None:
     the job's own process (its core, not the other job's). Inductor's caches stay on: their keys hold
     ``activation_memory_budget`` (a second process finds each budget's own graph), and what made every
     budget run the first one's graph was dynamo's reuse within the process, which each compiled method's
-    own backend prevents (:func:`recompute.baselines.torch_compile_budget`). A second run compiles in
+    own backend prevents (:func:`recompute.doors.baselines.torch_compile_budget`). A second run compiles in
     seconds what the first took minutes over."""
     import torch._dynamo.config
     import torch._inductor.config

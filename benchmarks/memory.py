@@ -6,7 +6,7 @@
 
 For each network × method: the measured peak of one training step (FakeTensor execution, exact at the
 allocation level, parameters included); the plan's peak as ``recompute.plan`` reports it on a traced
-graph, the simulator's (:mod:`recompute.simulate`); the planner's own model's (``Plan.model_peak``:
+graph, the simulator's (:mod:`recompute.pricing.simulate`); the planner's own model's (``Plan.model_peak``:
 eq. (2), or the liveness model for the ``+live`` rows), each with its ratio to the measured one; the
 reduction vs vanilla in the model's eyes and as measured; and the paper's Table 1. All peaks include
 the parameters.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from tqdm import tqdm
 
 import recompute
-from recompute import nets
-from recompute.memory_model import MemoryModel
+from experiments import nets
+from recompute.pricing.memory_model import MemoryModel
 
 from .common import REPO, head_commit, made_by, markdown_table, net_method_args, paper_table1, write_section
 

@@ -24,9 +24,9 @@ import argparse
 from tqdm import tqdm
 
 import recompute
-from recompute import nets
-from recompute.plan import InfeasibleBudget
-from recompute.planners.dp import TooManyLowerSets
+from experiments import nets
+from recompute.planners.registry import InfeasibleBudget
+from recompute.core.families import TooManyLowerSets
 from recompute.planners.milp import NoSolution
 
 from .common import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section

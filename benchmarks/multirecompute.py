@@ -24,9 +24,9 @@ from typing import Any
 from tqdm import tqdm
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
-from recompute.memory_model import MemoryModel
+from experiments import nets
+from recompute.doors.measure import default_loss
+from recompute.pricing.memory_model import MemoryModel
 
 from .common import REPO, head_commit, made_by, markdown_table, net_method_args, write_section
 

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python -m benchmarks.plain_steps --net vgg19 --rounds 4
 
 PyTorch's plain eager step and ours without recomputation (``recompute.plan(graph, "vanilla")``, as
-planned and in place, :meth:`~recompute.Plan.with_in_place`) run the same ATen calls, but where ours
+planned and in place, :func:`~recompute.rewrites.pipeline.with_in_place`) run the same ATen calls, but where ours
 writes into a tensor that exists (ReLU's backward: ``threshold_backward.grad_input``) or decomposes
 an op otherwise (dropout). In the head-to-head the keys they do not share are timed minutes apart,
 beside the other job. Here each round times every op of the three steps afresh, one step right after
@@ -19,8 +19,8 @@ from collections import defaultdict
 
 import torch
 
-from recompute import nets
-from recompute.timing import BatchExtrapolation
+from experiments import nets
+from recompute.capture.timing import BatchExtrapolation
 
 from .common import POSITIVE_INT, markdown_table
 from .extrapolation import in_process, op_kind

@@ -5,7 +5,7 @@
 
 The network's step is traced on fake inputs and planned in the paper's costs (10 per convolution, 1
 otherwise) with the simulator's memory model. Each row is run as the executor runs it with both
-rewrites (``Plan.with_rewrites(recompute_late=True, in_place=True)``): its simulated peak, parameters
+rewrites (``recompute.rewrites.pipeline.with_rewrites(recompute_late=True, in_place=True)``): its simulated peak, parameters
 and buffers included, and its recomputation in cost units, the late copies included. The refined
 plans are the memory-centric plan with the time-centric plan's nested lower sets inserted within each
 ``--limits`` (GiB, parameters included).
@@ -17,11 +17,13 @@ import argparse
 import time
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
-from recompute.refine import finest, refine
+from experiments import nets
+from recompute.core.storage import state_bytes
+from recompute.doors.measure import default_loss
+from benchmarks.refining import finest, refine
 
 from .common import POSITIVE, REPO, head_commit, made_by, markdown_table, write_section
+from recompute.rewrites.pipeline import with_rewrites
 
 GIB = 2**30
 HEADERS = ["plan", "peak GiB (late, in place, +params)", "recomputation (cost units)", "late recomputations",
@@ -30,7 +32,7 @@ HEADERS = ["plan", "peak GiB (late, in place, +params)", "recomputation (cost un
 
 def run(name: str, batch: int, size: int, limits: list[float]) -> list[list[object]]:
     model, inputs = nets.build(name, batch_size=batch, input_size=size, seed=0, fake_inputs=True)
-    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    params = state_bytes(model)
     g = recompute.trace(model, inputs, loss_fn=default_loss)
     tc, mc = (recompute.plan(g, "approxdp", strategy=s, memory_model="simulator") for s in ("tc", "mc"))
     plans = [("time-centric", tc, 0.0), ("memory-centric", mc, 0.0),
@@ -43,7 +45,7 @@ def run(name: str, batch: int, size: int, limits: list[float]) -> list[list[obje
                       time.perf_counter() - start))
     rows = []
     for label, p, seconds in plans:
-        run_ = p.with_rewrites(g, recompute_late=True, in_place=True)
+        run_ = with_rewrites(p, g, recompute_late=True, in_place=True)
         rows.append([label, f"{(run_.peak + params) / GIB:.3f}", run_.overhead,
                      run_.info.get("late recomputations", 0), len(p.lower_sets), f"{seconds:.1f}" if seconds else ""])
         print(" | ".join(map(str, rows[-1])), flush=True)

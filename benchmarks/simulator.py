@@ -28,8 +28,8 @@ import torch
 from tqdm import tqdm
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
+from experiments import nets
+from recompute.doors.measure import default_loss
 
 from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 

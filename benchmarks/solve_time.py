@@ -5,12 +5,12 @@
     python -m benchmarks.solve_time --app --write   # the app's records: one `python run.py` per cell
 
 Each time includes the smallest-budget search (``budget=None``) and is the best of ``--repeats`` runs
-in one process, after :func:`recompute.kernels.load` (the numba kernels compiled, or loaded from their
+in one process, after :func:`experiments.kernels.load` (the numba kernels compiled, or loaded from their
 cache on disk). Repeats after the first find the lower-set family built (it is kept on the graph).
 Each cell gives two times: the planner alone on the graph without its program (what the paper's
 planners do: the DP's smallest budget in its own model), and in brackets ``recompute.plan`` on the
 traced graph, which also prices the plan with the simulator and, for the DPs, probes five budgets
-above the DP's own smallest for the smallest simulated peak (``recompute.plan._smallest``). ``--app`` gives what a user's run records: a fresh process per network ×
+above the DP's own smallest for the smallest simulated peak (``recompute.planners.registry._smallest``). ``--app`` gives what a user's run records: a fresh process per network ×
 method on the ``fake`` backend, its ``solve_seconds`` (a first solve on that graph) beside
 ``kernel_seconds`` (numba's once-per-process load, done before the solve is timed).
 """
@@ -27,9 +27,10 @@ from tqdm import tqdm
 
 import recompute
 from experiments import results
-from recompute import kernels, nets
-from recompute.memory_model import PLANNING, MemoryModel
-from recompute.planners.dp import TooManyLowerSets, all_lower_sets
+from experiments import kernels
+from experiments import nets
+from recompute.pricing.memory_model import PLANNING, MemoryModel
+from recompute.core.families import TooManyLowerSets, all_lower_sets
 
 from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 
@@ -64,7 +65,7 @@ def run(net_names: list[str], model: str, repeats: int) -> list[list[object]]:
     return rows
 
 
-APP_METHODS = ("approxdp_tc", "approxdp_mc")  # method configs (conf/method/) whose records are tabulated
+APP_METHODS = ("approxdp_tc", "approxdp_mc")  # the app's method options (experiments.config.method_configs) whose records are tabulated
 
 
 def app_rows(net_names: list[str], methods: tuple[str, ...] = APP_METHODS) -> list[list[object]]:

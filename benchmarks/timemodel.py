@@ -7,9 +7,9 @@ For each of the paper's seven networks at a reduced size (:data:`benchmarks.cpu_
 vanilla plan and three recomputing plans of different overhead run on our executor in one thread.
 The measured time is the median over ``--steps`` steps of the thread's CPU time (``time.thread_time``:
 the machine is shared, and wall time would count the other processes' turns). The predicted time is
-:class:`recompute.timing.TimeModel`'s sum over the plan's schedule, on the same clock, of per-op costs
+:class:`recompute.capture.timing.TimeModel`'s sum over the plan's schedule, on the same clock, of per-op costs
 timed where the ops run: in ``--steps`` plain (vanilla) steps of the same network
-(:meth:`~recompute.timing.TimeModel.observe`); the few keys that step does not run (``getitem``) are
+(:meth:`~recompute.capture.timing.TimeModel.observe`); the few keys that step does not run (``getitem``) are
 timed alone. So the vanilla row checks that a step's time is the sum of its ops', and the three
 recomputing rows predict steps that were not timed, their recomputations priced as the plain step
 runs those ops.
@@ -21,10 +21,10 @@ predict moved the ratio with it (DenseNet-161's four plans: 0.86–1.02 in one r
 next); within a round both sides see the same host.
 
 PyTorch's methods are priced the same way: the ATen calls one step of each makes (recorded by
-:class:`recompute.timing.Recorder`: checkpointing's recomputations included) at the same op costs —
+:class:`recompute.capture.timing.Recorder`: checkpointing's recomputations included) at the same op costs —
 ``checkpoint`` per block, ``checkpoint_sequential`` with ⌈√n⌉ segments, selective checkpointing per
 block; and ``torch.compile`` at ``activation_memory_budget`` 0.5, whose min-cut partition of the same
-step is priced op by op, unfused (:func:`recompute.partitions.price`), against the step inductor
+step is priced op by op, unfused (:func:`benchmarks.partitions.price`), against the step inductor
 compiles: how far the model that prices PyTorch's compiled points at the paper's sizes is from them.
 Every network runs at its size and at ``--batches`` × its batch.
 
@@ -42,11 +42,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 import recompute
-from recompute import nets
-from recompute.baselines import Unsupported
-from recompute.measure import default_loss
-from recompute.partitions import capture, torch_partition
-from recompute.timing import OpCall, Recorder, TimeModel, module_calls, schedule_calls
+from experiments import nets
+from recompute.doors.baselines import Unsupported
+from recompute.doors.measure import default_loss
+from benchmarks.partitions import capture, torch_partition
+from recompute.capture.timing import OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
 from .cpu_time import SIZES

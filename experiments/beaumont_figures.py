@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recompute.multirecompute import c_min, c_opt, equiv_chain, join_table
+from recompute.planners.pebble import c_min, c_opt, equiv_chain, join_table
 
 from .runner import git_commit
 

@@ -64,7 +64,7 @@ def resnet(blocks: int) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
 def measure_depth(blocks: int) -> list[DepthPoint]:
     """The three methods at one depth, each measured on the ``fake`` backend."""
     import recompute
-    from recompute.measure import default_loss
+    from recompute.doors.measure import default_loss
 
     model, inputs = resnet(blocks)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)

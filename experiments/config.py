@@ -5,7 +5,7 @@ type while Hydra composes: an unknown key fails with ``Key '...' is not in struc
 outside a closed set (a net, a device, ...) with ``Invalid value '...', expected one of
 [...]`` and its ``full_key``. :func:`to_experiment` adds what types cannot express (a key a ``+``
 override added that no code reads, finite numbers in range, a CUDA device that exists, a planner of
-the registry that serves the app with the strategy and options it takes — :mod:`recompute.plan`,
+the registry that serves the app with the strategy and options it takes — :mod:`recompute.planners.registry`,
 read when checked, so a planner registered later is offered too —, a writable results store) and
 raises one :class:`ConfigError` that lists every such mistake, before any work.
 """
@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, is_dataclass
 from enum import StrEnum
-from typing import Any, Iterator, Optional, Sequence, get_type_hints
+from typing import Any, Iterator, Mapping, Optional, Sequence, get_type_hints
 
 import torch
 from hydra.core.config_store import ConfigStore
@@ -26,10 +26,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException, HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-import recompute
-from recompute import baselines, nets
-from recompute.memory_model import MemoryModel
-from recompute.plan import AUTO, Door, default_cost_model, methods, spec
+from recompute.doors import baselines
+from experiments import nets
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import AUTO, STRATEGIES, Door, default_cost_model, methods, spec
 
 from .results import StoreError, check_writable
 
@@ -89,7 +89,7 @@ NetName = StrEnum("NetName", {n: n for n in nets.names()}, module=__name__)
 
 @dataclass
 class NetConfig:
-    """A network of :mod:`recompute.nets`: registry name and its default batch and input size."""
+    """A network of :mod:`experiments.nets`: registry name and its default batch and input size."""
 
     name: NetName = MISSING
     batch_size: int = MISSING
@@ -108,13 +108,13 @@ class MethodConfig:
     # its input can be freed or recomputed before the input's gradient is made (recompute.trace); ours only
     split_convolutions: Optional[bool] = None  # None: off, but for method=auto, which splits where the peak needs it
     # also compute cheap values the backward reads early and much later once more before the later
-    # read, where that lowers the peak (recompute.Plan.with_late_recompute); ours only, not the baselines'
+    # read, where that lowers the peak (recompute.rewrites.pipeline.with_late_recompute); ours only, not the baselines'
     recompute_late: bool = False
     # also recompute values held across the step's peak again after it, and each recomputation right
-    # before its first reader, while the peak falls (recompute.Plan.with_peak_recompute); ours only
+    # before its first reader, while the peak falls (recompute.rewrites.pipeline.with_peak_recompute); ours only
     recompute_at_peak: bool = False
     # free each value at its last use and run each pointwise op whose input dies there in that input's
-    # storage, as eager PyTorch does (recompute.Plan.with_in_place); ours only
+    # storage, as eager PyTorch does (recompute.rewrites.pipeline.with_in_place); ours only
     in_place: bool = False
 
     def rewrites(self) -> list[str]:
@@ -124,7 +124,7 @@ class MethodConfig:
 
 
 # the options that change a plan's step (the trace's split_convolutions, then the schedule rewrites in the
-# order recompute.Plan.with_rewrites applies them) and their records' method suffixes
+# order recompute.rewrites.pipeline.with_rewrites applies them) and their records' method suffixes
 SCHEDULE_REWRITES = {"split_convolutions": "+split conv", "recompute_late": "+late", "recompute_at_peak": "+peak",
                      "in_place": "+in-place"}
 
@@ -172,14 +172,28 @@ class AppConfig:
     skip_existing: bool = True
 
 
+def method_configs() -> list[MethodConfig]:
+    """One ``method`` option per planner of the registry (``<planner>_tc`` and ``<planner>_mc`` for one
+    that takes a strategy) and per baseline, its options at their defaults (read off its signature;
+    ``memory_model`` is the app's own key)."""
+    entries = [(name, spec(name).takes_strategy, spec(name).defaults) for name in methods()]
+    entries += [(name, False, baselines.spec(name).defaults) for name in baselines.names()]
+    return [MethodConfig(f"{name}_{s}" if s else name, name, Strategy(s) if s else None,
+                         {k: v for k, v in defaults.items() if k != "memory_model"})
+            for name, takes, defaults in entries for s in (STRATEGIES if takes else (None,))]
+
+
 def register_configs() -> None:
-    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list) and one
-    ``net`` group option per network of :mod:`recompute.nets`, with its default batch and input size:
-    the registry is the only list of networks and their sizes (no YAML copy to drift from it)."""
+    """Register the schema as ``app_schema`` (first in ``conf/config.yaml``'s defaults list), one
+    ``net`` group option per network of :mod:`experiments.nets`, with its default batch and input size,
+    and one ``method`` option per planner and baseline (:func:`method_configs`): the registries are the
+    only lists of networks and methods (no YAML copy to drift from them)."""
     store = ConfigStore.instance()
     store.store(name="app_schema", node=AppConfig)
-    for name, spec in nets.NETS.items():
-        store.store(group="net", name=name, node=NetConfig(NetName(name), spec.batch_size, spec.input_size[0]))
+    for name, net in nets.NETS.items():
+        store.store(group="net", name=name, node=NetConfig(NetName(name), net.batch_size, net.input_size[0]))
+    for method in method_configs():
+        store.store(group="method", name=method.name, node=method)
 
 
 register_configs()
@@ -310,7 +324,7 @@ def _device_problems(exp: AppConfig) -> list[str]:
 
 
 def is_baseline(exp: AppConfig) -> bool:
-    """Whether the method is one of PyTorch's own (:mod:`recompute.baselines`): it wraps the model, no plan."""
+    """Whether the method is one of PyTorch's own (:mod:`recompute.doors.baselines`): it wraps the model, no plan."""
     return exp.method.planner in baselines.names()
 
 
@@ -390,6 +404,12 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, StrEnum) else value
 
 
+def _option_defaults(planner: str) -> Mapping[str, Any]:
+    if planner in baselines.names():
+        return baselines.spec(planner).defaults
+    return spec(planner).defaults if planner in methods() else {}
+
+
 def experiment_dict(exp: AppConfig) -> dict[str, Any]:
     """What defines the experiment (the record key): everything but logging and bookkeeping,
     with ``auto`` devices resolved, since auto means a different experiment on a GPU machine."""
@@ -397,6 +417,10 @@ def experiment_dict(exp: AppConfig) -> dict[str, Any]:
     for key in ("logger", "results_dir", "skip_existing"):
         d.pop(key)
     d["net"] = d["net"]["name"]  # its default sizes are already resolved into batch_size/input_size
+    defaults = _option_defaults(exp.method.planner)
+    # an option at its default is the same experiment as one left out (records made before the method
+    # group carried the defaults keep their keys)
+    d["method"]["options"] = {k: v for k, v in d["method"]["options"].items() if k not in defaults or v != defaults[k]}
     if not uses_memory_model(exp):
         d.pop("memory_model")  # vanilla and Chen plan the same under either model: one record, not two
     for flag in SCHEDULE_REWRITES:

@@ -18,8 +18,8 @@ from typing import Callable
 
 import pandas as pd
 
-from recompute import nets
-from recompute.memory_model import MemoryModel
+from experiments import nets
+from recompute.pricing.memory_model import MemoryModel
 
 from .figures import DP_METHODS, EXACT_OF, MC_OF, METHOD_LABELS, flagged
 

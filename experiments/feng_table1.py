@@ -44,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import recompute
-from recompute.graph import Graph
+from recompute.core.graph import Graph
 
 __all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "load", "render"]
 

@@ -20,9 +20,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from recompute import nets
-from recompute.memory_model import MemoryModel
-from recompute.plan import methods, spec
+from experiments import nets
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import methods, spec
 
 from .config import GIB
 from .max_batch import PAPER_DEVICE_GB, max_batch_from_records

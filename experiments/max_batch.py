@@ -125,7 +125,7 @@ def search_net_method(
     net: str, method: str, device_memory_gb: float, results_dir: str | Path, extra: tuple[str, ...] = ()
 ) -> SearchResult:
     """Search one (net, method), starting at the net's paper batch (its Table 1 record is reused)."""
-    from recompute import nets
+    from experiments import nets
 
     def peak(b: int) -> int | None:
         rec = probe(net, method, b, results_dir, extra)
@@ -166,7 +166,7 @@ def _search_job(args: tuple[str, str, float, str, tuple[str, ...]]) -> tuple[str
 
 
 def _main() -> None:
-    from recompute import nets
+    from experiments import nets
 
     parser = argparse.ArgumentParser(description="Largest batch under a device capacity (fake backend, paper input size).")
     parser.add_argument("--nets", nargs="+", default=nets.names(paper_only=True))

@@ -3,9 +3,9 @@
 Memory is measured on ``memory_backend(device)`` at the configured (batch, size); time on
 ``time_backend(...)``, reusing the memory measurements when both are the same real backend at the
 same size, else with its own trace and plan at ``timing.batch_size``/``timing.input_size``.
-A baseline of :mod:`recompute.baselines` (PyTorch's own methods) has no plan: it is measured wrapped
+A baseline of :mod:`recompute.doors.baselines` (PyTorch's own methods) has no plan: it is measured wrapped
 around the model, with the same meter. On a real backend the method's step is compared with plain
-training (:func:`recompute.exactness.compare`: ``bitwise``, ``close`` or what differs).
+training (:func:`recompute.doors.exactness.compare`: ``bitwise``, ``close`` or what differs).
 Outcomes other than success (out of memory on any device, infeasible budget, a graph too large for the
 planner, a baseline that cannot run this net or on this backend, any other error) are recorded with a :class:`~experiments.record.Status` instead of raised,
 so a sweep goes on; the record is an :class:`~experiments.record.RunRecord`.
@@ -28,14 +28,16 @@ from typing import Any
 import torch
 
 import recompute
-from recompute import kernels, nets
-from recompute.baselines import Unsupported
-from recompute.exactness import compare
-from recompute.measure import default_loss
-from recompute.memory_model import MemoryModel
-from recompute.plan import AUTO, spec
-from recompute.planners.auto import choose
-from recompute.planners.dp import TooManyLowerSets
+from experiments import kernels
+from experiments import nets
+from recompute.core.storage import state_bytes
+from recompute.doors.baselines import Unsupported
+from recompute.doors.exactness import compare
+from recompute.doors.measure import default_loss
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import AUTO
+from recompute.doors.auto import choose
+from recompute.core.families import TooManyLowerSets
 from recompute.planners.exhaustive import GraphTooLarge
 
 from . import results
@@ -43,6 +45,7 @@ from .config import (GIB, SCHEDULE_REWRITES, AppConfig, cost_model, experiment_d
                      memory_backend, plan_options, time_backend, uses_memory_model)
 from .record import RecordError, RunRecord, Status
 from .tracking import wandb_run
+from recompute.rewrites.pipeline import with_rewrites
 
 __all__ = ["measure_experiment", "new_record", "run", "summary", "is_oom", "exit_with_sweep", "SWEEP_PID"]
 
@@ -123,7 +126,7 @@ def _traced_and_planned(exp: AppConfig, model: torch.nn.Module, inputs: tuple, b
                         where: str = "") -> tuple[recompute.Graph, recompute.Plan]:
     """The step traced with the loss ``measure`` applies (so that the plan's simulated peak is the
     measured one) and planned: by the planner with the rewrites asked for, or, for ``auto``, with the
-    convolution splits it chooses (:func:`recompute.planners.auto.choose`)."""
+    convolution splits it chooses (:func:`recompute.doors.auto.choose`)."""
 
     def trace_at(split: bool | frozenset[str]) -> recompute.Graph:
         return _timed(f"trace{where}", recompute.trace, model, inputs, cost_model=cost_model(exp), loss_fn=default_loss,
@@ -137,7 +140,7 @@ def _traced_and_planned(exp: AppConfig, model: torch.nn.Module, inputs: tuple, b
     strategy = exp.method.strategy.value if exp.method.strategy is not None else None
     plan = _timed(f"plan {exp.method.name}", recompute.plan, graph, exp.method.planner, strategy=strategy, budget=budget,
                   **plan_options(exp))
-    return graph, plan.with_rewrites(graph, recompute_late=exp.method.recompute_late,
+    return graph, with_rewrites(plan, graph, recompute_late=exp.method.recompute_late,
                                      recompute_at_peak=exp.method.recompute_at_peak, in_place=exp.method.in_place)
 
 
@@ -185,7 +188,7 @@ def _memory_stage(exp: AppConfig, rec: RunRecord, backend: str) -> tuple[recompu
             raise
         _free(backend)  # the baseline not fitting is a result, not a failure of the run
         vanilla = None
-        rec.set_vanilla_oom(e, sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]))
+        rec.set_vanilla_oom(e, state_bytes(model))
 
     if is_baseline(exp):
         # its graph (#V, #E, ...) is recorded as a planner's is: traced as it runs, not planned

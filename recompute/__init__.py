@@ -8,13 +8,14 @@
     c = torch.compile(model, backend=recompute.backend("approxdp"))  # our plan partitions the joint graph
 """
 
-from . import lowerset, planners  # noqa: F401  (importing the planners registers them)
-from .execute import Executor, execute
-from .graph import Graph
-from .measure import Measurement, measure
-from .optimize import RecomputeModule, RetraceWarning, optimize
-from .plan import InfeasibleBudget, Plan, methods, plan
-from .trace import HookWarning, TraceError, trace
+from recompute import doors, planners  # noqa: F401  (importing the planners and the doors registers them)
+from recompute.core import lowerset
+from recompute.doors.execute import Executor, execute
+from recompute.core.graph import Graph
+from recompute.doors.measure import Measurement, measure
+from recompute.doors.optimize import RecomputeModule, RetraceWarning, optimize
+from recompute.planners.registry import InfeasibleBudget, Plan, methods, plan
+from recompute.capture.trace import HookWarning, TraceError, trace
 
 __all__ = [
     "Graph", "Plan", "Executor", "Measurement", "RecomputeModule", "InfeasibleBudget", "TraceError",
@@ -27,7 +28,7 @@ def __getattr__(name: str) -> object:
     # ``recompute.backend`` on first use: its module imports TorchDynamo and inductor's partitioner
     # hooks (~3 s), which planning and executing a model do not need
     if name == "backend":
-        from .dynamo import backend
+        from recompute.doors.backend import backend
 
         return backend
     raise AttributeError(f"module 'recompute' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv in the repository and install recompute with its test extras.
+# Create (or reuse) .venv in the repository and install recompute with the app and test extras.
 # Needs Python >= 3.11; set PYTHON=/path/to/python to choose the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,7 @@ fi
 stamp=.venv/.recompute-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test]"
+  .venv/bin/python -m pip install --quiet -e ".[app,test]"
   touch "$stamp"
 fi
 # numba caches its compiled kernels (cache=True) next to their sources; compile them now, not in the

@@ -2,7 +2,7 @@
 
 Run by ``scripts/install.sh`` whenever a kernel's source is newer than the last warm-up: without it the
 first plan of a fresh install spends 20–30 s compiling (``python run.py``: solve_seconds 32 s cold,
-0.9 s warm on ResNet-50). :func:`recompute.kernels.load` plans two tiny networks (one input; a join of
+0.9 s warm on ResNet-50). :func:`experiments.kernels.load` plans two tiny networks (one input; a join of
 two) with every registered planner, strategy and memory model it takes, so every kernel is compiled for
 the argument types planning uses at any size (the arrays' dtypes and ranks do not depend on the graph).
 
@@ -11,7 +11,7 @@ the argument types planning uses at any size (the arrays' dtypes and ranks do no
 
 from __future__ import annotations
 
-from recompute import kernels
+from experiments import kernels
 
 
 def main() -> None:

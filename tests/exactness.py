@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 
 import recompute
-from recompute.exactness import train_step
+from recompute.doors.exactness import train_step
 
 
 def assert_same(ref: dict[str, Any], got: dict[str, Any], tol: float = 1e-12) -> None:
@@ -109,7 +109,7 @@ def sgd_steps(model: torch.nn.Module, forward: Callable[..., Any], inputs: tuple
 
 
 def compiled_like_plain(model: torch.nn.Module, inputs: tuple,
-                        backends: dict[Any, "recompute.dynamo.Backend"]) -> dict[Any, "recompute.dynamo.Partition"]:
+                        backends: dict[Any, "recompute.doors.backend.Backend"]) -> dict[Any, "recompute.doors.backend.Partition"]:
     """Train a copy of ``model`` plainly and one compiled with each of ``backends`` (:func:`sgd_steps`);
     assert every compiled run bitwise equal to the plain one and return each backend's last
     partition, by its key."""

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from hypothesis import strategies as st
 
-from recompute.graph import Graph
+from recompute.core.graph import Graph
 
 
 @st.composite

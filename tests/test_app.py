@@ -20,16 +20,18 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 
 import recompute
+from recompute.rewrites import pipeline
 from experiments import config, results, runner
 from experiments.record import RunRecord, Status
-from recompute import baselines, nets
-from recompute.plan import spec as planner_spec
+from recompute.doors import baselines
+from experiments import nets
+from recompute.planners.registry import spec as planner_spec
 
 from .cli import run_py
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+METHODS = sorted(m.name for m in config.method_configs())
 PAPER_NETS = nets.names(paper_only=True)
 FIXTURE = ROOT / "tests" / "fixtures" / "paper_figures_results"
 
@@ -59,8 +61,9 @@ def _error_text(overrides: list[str]) -> str:
 
 
 def test_config_groups_cover_the_zoo_and_the_methods():
-    assert not (CONF / "net").exists()  # the net group is registered from recompute.nets, the one list of nets
-    assert set(METHODS) == {"auto", "vanilla", "chen", "chen_greedy", "exhaustive",
+    # the groups are registered from experiments.nets and the planner registries, the one list of each
+    assert not (CONF / "net").exists() and not (CONF / "method").exists()
+    assert set(METHODS) == {"auto", "vanilla", "chen", "chen_greedy", "exhaustive_tc", "exhaustive_mc",
                             "exactdp_tc", "exactdp_mc", "approxdp_tc", "approxdp_mc", "reforward", "reforward_linear",
                             "revolve", "chen_recursive", "join_dp", "milp", "torch_checkpoint_sequential",
                             "torch_checkpoint_blocks", "torch_sac", "torch_compile_budget"}
@@ -135,9 +138,9 @@ CHECK_MISTAKES = [
     ("timing.backend=cuda", ["timing.backend=cuda: no CUDA device", "allowed here: auto, none, cpu"]),
     ("method.planner=approx", ["method.planner", "unknown method 'approx'", "approxdp", "exactdp", "chen"]),
     ("+method.options.memroy_model=paper", ["method.options", "no option 'memroy_model'", "max_lower_sets, time_levels, memory_model"]),
-    ("+method.options.time_levels=many", ["method.options", "time_levels='many'", "expected type int"]),
+    ("method.options.time_levels=many", ["method.options", "time_levels='many'", "expected type int"]),
     ("+method.options.memory_model=lively", ["method.options", "memory_model='lively'", "paper, liveness"]),
-    ("+method.options.time_levels=0", ["method.options", "time_levels=0", "must be a positive integer"]),
+    ("method.options.time_levels=0", ["method.options", "time_levels=0", "must be a positive integer"]),
     # a key the schema lacks, added with '+' (struct mode refuses it without): named with the nearest keys
     ("+budget_g=1", ["+budget_g=1: the config has no key 'budget_g'", "did you mean budget_gb?", "budget_gb=1"]),
     ("+net.batchsize=3", ["no key 'net.batchsize'", "did you mean net.batch_size", "net.batch_size=3"]),
@@ -302,16 +305,16 @@ def test_a_schedule_planner_runs_through_the_app(tmp_path):
 
 
 def test_schedule_rewrites_are_method_options_of_their_own_experiments(tmp_path, monkeypatch):
-    """``method.recompute_late=true`` plans with :meth:`recompute.Plan.with_late_recompute`,
-    ``method.recompute_at_peak=true`` then with :meth:`recompute.Plan.with_peak_recompute` and
-    ``method.in_place=true`` then runs ops in place (:meth:`recompute.Plan.with_in_place`); the record
+    """``method.recompute_late=true`` plans with :func:`recompute.rewrites.pipeline.with_late_recompute`,
+    ``method.recompute_at_peak=true`` then with :func:`~recompute.rewrites.pipeline.with_peak_recompute` and
+    ``method.in_place=true`` then runs ops in place (:func:`~recompute.rewrites.pipeline.with_in_place`); the record
     names the method ``<name>+split conv+late+peak+in-place`` (``method.split_convolutions=true`` traces the
     step with its convolution backwards split) under a key of its own, and off, the key is the one
     records had before the options (``test_keys_of_stored_records_are_stable``). PyTorch's methods refuse them."""
     asked = []
     for rewrite in ("with_late_recompute", "with_peak_recompute", "with_in_place"):
-        real = getattr(recompute.Plan, rewrite)
-        monkeypatch.setattr(recompute.Plan, rewrite,
+        real = getattr(pipeline, rewrite)
+        monkeypatch.setattr(pipeline, rewrite,
                             lambda p, g, real=real, rewrite=rewrite, **kw: asked.append(rewrite) or real(p, g, **kw))
     both = _experiment(tmp_path, "net=resblock", "method=approxdp_mc", "method.recompute_late=true",
                        "method.recompute_at_peak=true", "method.in_place=true", "method.split_convolutions=true")

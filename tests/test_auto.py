@@ -1,6 +1,6 @@
-"""``method="auto"`` (:mod:`recompute.planners.auto`): the plan a user gets without flags, its goal, its
-pricing (:mod:`recompute.steptime`, :class:`recompute.timing.TimeCache`) and the meter that checks it
-(:class:`recompute.allocator.AllocatorMeter`)."""
+"""``method="auto"`` (:mod:`recompute.doors.auto`): the plan a user gets without flags, its goal, its
+pricing (:mod:`recompute.pricing.steptime`, :class:`recompute.capture.timing.TimeCache`) and the meter that checks it
+(:class:`recompute.capture.allocator.AllocatorMeter`)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ import torch
 from torch import nn
 
 import recompute
-from recompute import nets
-from recompute.allocator import AllocatorMeter
-from recompute.exactness import compare
-from recompute.measure import default_loss
-from recompute.plan import InfeasibleBudget
-from recompute.planners.auto import MAX_TIME, choose
-from recompute.schedule import canonical
-from recompute.steptime import plain_time, step_time
-from recompute.timing import OpCall, TensorSpec, TimeCache, TimeModel
+from experiments import nets
+from recompute.capture.allocator import AllocatorMeter
+from recompute.doors.exactness import compare
+from recompute.doors.measure import default_loss
+from recompute.planners.registry import InfeasibleBudget
+from recompute.doors.auto import MAX_TIME, choose
+from recompute.pricing.schedule import canonical
+from recompute.pricing.steptime import plain_time, step_time
+from recompute.capture.timing import OpCall, TensorSpec, TimeCache, TimeModel
+from recompute.rewrites.pipeline import with_in_place, with_late_recompute, with_peak_recompute
 
 
 def _graph(name: str = "dropout", cost_model: str = "paper", **kwargs) -> recompute.Graph:
@@ -39,13 +40,13 @@ def _every_rewrite(g: recompute.Graph, allowance: float) -> list[tuple[str, reco
               for j in range(1, 9)]
     out = []
     for (label, base), (late, peak, placed) in itertools.product(bases, itertools.product((False, True), repeat=3)):
-        p = base.with_late_recompute(g, then_in_place=placed) if late else base
+        p = with_late_recompute(base, g, then_in_place=placed) if late else base
         if peak:
-            left = allowance - step_time(g, (p.with_in_place(g) if placed else p).runs(g))
+            left = allowance - step_time(g, (with_in_place(p, g) if placed else p).runs(g))
             if left < 0:
                 continue
-            p = p.with_peak_recompute(g, limit=left, then_in_place=placed)
-        out.append((f"{label} late={late} peak={peak} in place={placed}", p.with_in_place(g) if placed else p))
+            p = with_peak_recompute(p, g, limit=left, then_in_place=placed)
+        out.append((f"{label} late={late} peak={peak} in place={placed}", with_in_place(p, g) if placed else p))
     return out
 
 
@@ -129,8 +130,8 @@ def test_convolutions_are_split_where_the_peak_needs_it_and_bitwise():
 def test_step_time_is_the_sum_of_the_calls_that_run():
     g = _graph("resblock", cost_model="measured")
     tm = g.program.time_model
-    p = recompute.plan(g, "approxdp", strategy="mc").with_in_place(g)
-    from recompute.timing import schedule_calls
+    p = with_in_place(recompute.plan(g, "approxdp", strategy="mc"), g)
+    from recompute.capture.timing import schedule_calls
 
     assert step_time(g, p.runs(g)) == pytest.approx(tm.seconds(schedule_calls(g.program, p.runs(g))) * 1e9)
     assert plain_time(g) == step_time(g, canonical(g, [g.nodes]))

@@ -10,8 +10,9 @@ from torchvision.models.googlenet import Inception
 from torchvision.models.resnet import Bottleneck
 
 import recompute
-from recompute import baselines, nets
-from recompute.exactness import compare, train_step
+from recompute.doors import baselines
+from experiments import nets
+from recompute.doors.exactness import compare, train_step
 
 BASELINES = ["torch_checkpoint_sequential", "torch_checkpoint_blocks", "torch_sac", "torch_compile_budget"]
 FAST_COMPILE = {"backend": "aot_eager_decomp_partition"}  # inductor's C++ build takes a minute here

@@ -1,4 +1,4 @@
-"""The DPs price a block with the simulator: B(L, L′) of :mod:`recompute.blockcost` gives the simulated
+"""The DPs price a block with the simulator: B(L, L′) of :mod:`recompute.pricing.blockcost` gives the simulated
 peak of every canonical strategy, so exactdp is exact for the program that runs."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import recompute
-from recompute import lowerset, nets
-from recompute.blockcost import BlockCosts
-from recompute.measure import default_loss
+from recompute.core import lowerset
+from experiments import nets
+from recompute.pricing.blockcost import BlockCosts
+from recompute.doors.measure import default_loss
 from recompute.planners.exhaustive import lower_sets
-from recompute.schedule import canonical, rng_order_preds
-from recompute.simulate import simulate
+from recompute.pricing.schedule import canonical, rng_order_preds
+from recompute.pricing.simulate import simulate
 
 from .models import RandomDAGNet
 

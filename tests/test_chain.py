@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recompute.graph import Graph
-from recompute.multirecompute import (
+from recompute.core.graph import Graph
+from recompute.planners.pebble import (
     BranchProfile, Costs, InvalidSchedule, Op, OpKind, Profile, Schedule, c_min, c_opt, chain_of, chen_recursive, equiv_chain,
     join_dp, join_of, makespans, opt0_table, revolve, simulate,
 )

@@ -18,9 +18,9 @@ from torch._dynamo.backends.debugging import boxed_nop
 from torch._functorch.partitioners import default_partition
 
 import recompute
-from recompute import nets
-from recompute.dynamo import activation_bytes
-from recompute.fxnodes import is_random
+from experiments import nets
+from recompute.doors.backend import activation_bytes
+from recompute.core.fxnodes import is_random
 
 from .exactness import compiled_like_plain, sgd_steps
 from .models import LiteralConstant
@@ -33,7 +33,7 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _assert_trains_like_eager(name: str, bitwise: bool = True, **options: Any) -> recompute.dynamo.Backend:
+def _assert_trains_like_eager(name: str, bitwise: bool = True, **options: Any) -> recompute.doors.backend.Backend:
     model, (x,) = nets.build(name, batch_size=4, input_size=8, seed=0)
     plain, compiled = copy.deepcopy(model), copy.deepcopy(model)
     backend = recompute.backend(**options)

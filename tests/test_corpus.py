@@ -9,7 +9,7 @@ import torchvision
 
 from benchmarks import corpus
 import recompute
-from recompute.exactness import compare, float64_distance
+from recompute.doors.exactness import compare, float64_distance
 
 # The ops of our step are eager's, so everything must be bitwise equal; the traced LSTM runs decomposed
 # kernels where eager runs a fused one, so it is held to the float64 yardstick instead.

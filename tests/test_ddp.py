@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss
+from experiments import nets
+from recompute.doors.measure import default_loss
 
 WORLD = 2
 STEPS = 2

@@ -1,6 +1,6 @@
-"""Every registered planner through every door, generated from the registry (``recompute.plan.spec``).
+"""Every registered planner through every door, generated from the registry (``recompute.planners.registry.spec``).
 
-The doors (:class:`recompute.plan.Door`): ``recompute.plan`` + ``recompute.execute``,
+The doors (:class:`recompute.planners.registry.Door`): ``recompute.plan`` + ``recompute.execute``,
 ``recompute.optimize``, ``torch.compile(backend=recompute.backend(m))`` and the app (``python run.py
 method=...``, run in-process). Each planner is taken through each door it serves on a tiny two-input
 join network (11 nodes: small enough for ``exhaustive``, a join for ``join_dp``), and one training
@@ -20,20 +20,21 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import torch
-import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 
 import recompute
 from experiments import config, runner
 from experiments.record import Status
-from recompute import nets
-from recompute.exactness import compare
-from recompute.graph import Graph
-from recompute.measure import default_loss
-from recompute.plan import Door, Plan, Unserved, register, spec
+from experiments import nets
+from recompute.doors import baselines
+from recompute.doors.exactness import compare
+from recompute.core.graph import Graph
+from recompute.doors.measure import default_loss
+from recompute.planners.registry import Door, Plan, Unserved, register, spec
 
 ROOT = Path(__file__).resolve().parents[1]
-REGISTRY = sys.modules["recompute.plan"]  # the module (``recompute.plan`` is the function)
+REGISTRY = sys.modules["recompute.planners.registry"]  # the module (``recompute.plan`` is the function)
 NET = "siamese"
 TINY = dict(lengths=(1, 2), width=4)  # 11 nodes
 PLANNERS = recompute.methods()
@@ -88,10 +89,10 @@ def through_backend(name: str, *_: Any) -> None:
 
 
 def _app_config(tmp_path: Path, name: str) -> list[str]:
-    """The overrides that run planner ``name`` in the app: its config under ``conf/method`` if it has
-    one, else (a planner registered at run time) the method spelled out."""
-    own = sorted(p.stem for p in (ROOT / "conf" / "method").glob("*.yaml")
-                 if yaml.safe_load(p.read_text())["planner"] == name)
+    """The overrides that run planner ``name`` in the app: its option of the method group if it has
+    one, else (a planner registered after the group was) the method spelled out."""
+    stored = {n.removesuffix(".yaml") for n in ConfigStore.instance().list("method")}
+    own = sorted(m.name for m in config.method_configs() if m.planner == name and m.name in stored)
     method = [f"method={own[0]}"] if own else ["method=vanilla", f"method.name={name}", f"method.planner={name}"]
     return [*method, f"net={NET}", "device=cpu", "batch_size=2", "input_size=8", "iterations=1", "warmup=0",
             f"results_dir={tmp_path / 'results'}", f"logger.dir={tmp_path}", "logger=none"]
@@ -127,10 +128,14 @@ def test_every_planner_through_every_door(name, door, tmp_path, monkeypatch):
     THROUGH[door](name, tmp_path, monkeypatch)
 
 
-def test_every_planner_has_an_app_config():
-    """Adding a planner is its module and its config: the app offers it by ``method=<config>``."""
-    planners = {yaml.safe_load(p.read_text())["planner"] for p in (ROOT / "conf" / "method").glob("*.yaml")}
-    assert set(PLANNERS) <= planners
+def test_the_method_group_is_the_registries():
+    """Adding a planner is its module: the app offers it by ``method=<name>`` (``<name>_tc`` and
+    ``<name>_mc`` where it takes a strategy), its options at their defaults."""
+    stored = {n.removesuffix(".yaml") for n in ConfigStore.instance().list("method")}
+    assert stored == {m.name for m in config.method_configs()}
+    assert {m.planner for m in config.method_configs()} == {*PLANNERS, *baselines.names()}
+    milp = next(m for m in config.method_configs() if m.name == "milp")
+    assert milp.options["time_limit"] == spec("milp").defaults["time_limit"]
 
 
 # --------------------------------------------------------------------------- a planner added in the test

@@ -10,10 +10,11 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import recompute
-from recompute import lowerset, nets
-from recompute.exactness import compare
-from recompute.measure import MemoryMeter, default_loss
-from recompute.plan import Plan
+from recompute.core import lowerset
+from experiments import nets
+from recompute.doors.exactness import compare
+from recompute.doors.measure import MemoryMeter, default_loss
+from recompute.planners.registry import Plan
 
 from .exactness import check_plan, check_plans, train_step
 from .models import LiteralConstant, RandomDAGNet, Tricky

@@ -353,7 +353,7 @@ def test_a_sweep_names_every_record_it_could_not_store(tmp_path, monkeypatch):
 
 
 def test_exhaustive_refuses_a_large_graph_as_an_outcome(tmp_path):
-    exp = _experiment(tmp_path, "net=chain", "method=exhaustive")  # #V = 17 > max_nodes = 16
+    exp = _experiment(tmp_path, "net=chain", "method=exhaustive_tc")  # #V = 17 > max_nodes = 16
     rec, ran = runner.run(exp, name="chain-exhaustive", group=None, wandb_config={})
     assert ran and rec.status == Status.too_large
     assert "max_nodes=16" in rec.error and "exactdp or approxdp" in rec.error

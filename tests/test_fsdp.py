@@ -8,13 +8,12 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import recompute
-from recompute import nets
+from experiments import nets
 
 WORLD = 2
 STEPS = 2

@@ -13,7 +13,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from benchmarks import head_to_head as h
-from recompute.timing import BatchExtrapolation, OpCall, TensorSpec, TimeModel, module_calls
+from recompute.capture.timing import BatchExtrapolation, OpCall, TensorSpec, TimeModel, module_calls
 
 FIELDS = {"network", "batch_size", "input_size", "method", "knob", "family", "peak", "seconds", "time_ratio", "exact"}
 

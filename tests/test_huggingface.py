@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import recompute
-from recompute.optimize import CacheWarning
+from recompute.doors.optimize import CacheWarning
 
 transformers = pytest.importorskip("transformers")
 
@@ -78,7 +78,7 @@ def test_a_training_call_gets_use_cache_false_and_says_so():
         def forward(self, x: torch.Tensor):
             return self.inner(x)  # the inner model's default: use_cache=True
 
-    from recompute.joint import CacheDropped
+    from recompute.capture.joint import CacheDropped
 
     with pytest.warns(CacheDropped, match="DynamicCache"):
         out = recompute.optimize(Wrapper(model), method="approxdp")(ids)
@@ -113,8 +113,8 @@ def test_a_model_that_checkpoints_itself_is_measured_on_the_fake_backend(reentra
 
 
 def test_a_model_that_checkpoints_itself_is_planned_with_a_word_on_batchnorm():
-    from recompute.exactness import compare
-    from recompute.joint import OwnCheckpoints
+    from recompute.doors.exactness import compare
+    from recompute.capture.joint import OwnCheckpoints
 
     model, x = _OwnCheckpoint(reentrant=False), torch.randn(8, 16)
     with pytest.warns(OwnCheckpoints, match="statistics once per step"):

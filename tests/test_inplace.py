@@ -6,13 +6,14 @@ from __future__ import annotations
 import torch
 
 import recompute
-from recompute.exactness import compare
-from recompute.fxnodes import out_overload
-from recompute.timing import schedule_calls
-from recompute.measure import default_loss, measure
-from recompute.simulate import simulate
+from recompute.doors.exactness import compare
+from recompute.core.fxnodes import out_overload
+from recompute.capture.timing import schedule_calls
+from recompute.doors.measure import default_loss, measure
+from recompute.pricing.simulate import simulate
 
 from .test_remat import _Bottlenecks
+from recompute.rewrites.pipeline import with_in_place
 
 aten = torch.ops.aten
 
@@ -39,7 +40,7 @@ def test_a_dense_block_runs_its_relus_and_gradient_sums_in_place_bitwise_at_the_
     g = recompute.trace(model, inputs, loss_fn=default_loss, workspaces=False)
     for method in ("vanilla", "chen"):
         p = recompute.plan(g, method)
-        written = p.with_in_place(g)
+        written = with_in_place(p, g)
         s = written.runs(g)
         targets = {s.steps[i][0]: g.program.joint.node(s.steps[i][0]).target for i in s.into}
         assert aten.relu.default in targets.values() and aten.threshold_backward.default in targets.values()
@@ -57,4 +58,4 @@ def test_a_dense_block_runs_its_relus_and_gradient_sums_in_place_bitwise_at_the_
         assert {aten.relu_.default, aten.threshold_backward.grad_input} <= {c.target for c in calls}
     conv = recompute.trace(torch.nn.Conv2d(3, 4, 3), inputs)  # no pointwise op: nothing in place
     vanilla = recompute.plan(conv, "vanilla")
-    assert not vanilla.with_in_place(conv).runs(conv).into and vanilla.with_in_place(conv).peak == vanilla.peak
+    assert not with_in_place(vanilla, conv).runs(conv).into and with_in_place(vanilla, conv).peak == vanilla.peak

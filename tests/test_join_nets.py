@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import recompute
-from recompute import nets
-from recompute.multirecompute import c_min, chain_of, join_dp, join_of, simulate
+from experiments import nets
+from recompute.planners.pebble import c_min, chain_of, join_dp, join_of, simulate
 
 TINY = dict(batch_size=2, input_size=8, seed=0, L=1, width=4, embed=8)
 

@@ -1,10 +1,10 @@
-"""``recompute.kernels.load``: the planners' numba kernels compiled or loaded before a timed solve."""
+"""``experiments.kernels.load``: the planners' numba kernels compiled or loaded before a timed solve."""
 
 from __future__ import annotations
 
-from recompute import kernels
-from recompute.blockcost import _pair_cost
-from recompute.multirecompute.join import _join_kernel
+from experiments import kernels
+from recompute.pricing.blockcost import _pair_cost
+from recompute.planners.pebble.join import _join_kernel
 from recompute.planners.dp import _dp_core
 
 

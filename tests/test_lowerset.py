@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from .strategies import chain, dags, fig2_skip, siamese
 
-from recompute import lowerset
-from recompute.graph import Graph
-from recompute.memory_model import MemoryModel
+from recompute.core import lowerset
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import MemoryModel
 
 PAPER = MemoryModel.paper
 

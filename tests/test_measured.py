@@ -11,10 +11,10 @@ import torch
 
 import recompute
 from benchmarks import measured
-from recompute import nets
-from recompute.baselines import blocks
-from recompute.exactness import compare
-from recompute.measure import default_loss
+from experiments import nets
+from recompute.doors.baselines import blocks
+from recompute.doors.exactness import compare
+from recompute.doors.measure import default_loss
 
 FAST = [m for m in measured.METHODS if not m.compiled and m.label in (
     "eager", "checkpoint per block", "SAC per block, compute-intensive saved", "ours", "approxdp-mc +in-place")]

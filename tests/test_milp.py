@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from scipy.optimize import Bounds, milp as highs_milp
 
 import recompute
-from recompute import nets
-from recompute.graph import Graph
-from recompute.measure import default_loss, measure
-from recompute.plan import InfeasibleBudget
+from experiments import nets
+from recompute.core.graph import Graph
+from recompute.doors.measure import default_loss, measure
+from recompute.planners.registry import InfeasibleBudget
 from recompute.planners.milp import Problem, lp_bound, on_demand, point, problem, stage_memory
 from recompute.planners.milp.planner import _schedule
 from recompute.planners.milp.solve import _assemble
-from recompute.simulate import simulate
+from recompute.pricing.simulate import simulate
 
 from .exactness import assert_same, train_step
 from .models import RandomDAGNet, Tricky

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import recompute
-from recompute import nets
-from recompute.graph import Graph
-from recompute.measure import default_loss, measure
-from recompute.multirecompute import c_min, c_opt, join_of
-from recompute.plan import spec
+from experiments import nets
+from recompute.core.graph import Graph
+from recompute.doors.measure import default_loss, measure
+from recompute.planners.pebble import c_min, c_opt, join_of
+from recompute.planners.registry import spec
 
 from .exactness import assert_same, check_plan, train_step
 

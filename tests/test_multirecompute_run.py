@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import recompute
-from recompute import nets
-from recompute.measure import default_loss, measure
-from recompute.multirecompute import c_min, c_opt, chain_of, join_dp, join_of, revolve
-from recompute.multirecompute.compile import to_schedule
-from recompute.simulate import simulate
+from experiments import nets
+from recompute.doors.measure import default_loss, measure
+from recompute.planners.pebble import c_min, c_opt, chain_of, join_dp, join_of, revolve
+from recompute.planners.pebble.compile import to_schedule
+from recompute.pricing.simulate import simulate
 
 from .exactness import assert_same, train_step
 

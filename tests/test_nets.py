@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from experiments.figures import paper_table1_wide
-from recompute import nets
+from experiments import nets
 
 PAPER_SIZE = {"unet": 572, "pspnet": 713}  # §5: 224×224 for every other network
 SMALL = ("chain", "skip", "siamese", "dropout", "resblock")

@@ -28,7 +28,7 @@ from nbclient.exceptions import CellExecutionError
 from experiments import figures, results
 from experiments.max_batch import search
 from experiments.record import RunRecord, Status
-from recompute import nets
+from experiments import nets
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "paper_figures_results"

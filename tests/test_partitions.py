@@ -10,11 +10,11 @@ import torch
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 import recompute
-from recompute import nets
-from recompute.measure import MemoryMeter
-from recompute.partitions import capture, our_partition, split_convolutions, split_plan, torch_partition
-from recompute.simulate import simulate_partition
-from recompute.timing import BatchExtrapolation, Recorder, TimeModel, module_calls
+from experiments import nets
+from recompute.doors.measure import MemoryMeter
+from benchmarks.partitions import capture, our_partition, split_convolutions, split_plan, torch_partition
+from recompute.pricing.simulate import simulate_partition
+from recompute.capture.timing import BatchExtrapolation, Recorder, TimeModel, module_calls
 
 
 @pytest.fixture(autouse=True)
@@ -110,9 +110,9 @@ def test_ops_timed_in_a_plain_step_price_a_recomputing_plan_as_that_step_runs_th
     median over the steps of its mean call in a step, and a plan that recomputes is priced by those
     costs, only its calls the step does not make (``getitem``) timed alone. Made-up clock: every call
     of step k takes k + 1 ticks, a call timed afterwards alone 3."""
-    from recompute import timing
-    from recompute.measure import default_loss
-    from recompute.timing import schedule_calls
+    from recompute.capture import timing
+    from recompute.doors.measure import default_loss
+    from recompute.capture.timing import schedule_calls
 
     now, tick = [0.0], [0.0]
 
@@ -159,7 +159,7 @@ def test_a_step_recorded_on_meta_tensors_as_the_cpus_has_the_keys_of_the_same_op
 def test_ops_are_timed_on_real_tensors_inside_a_partitioners_fake_mode(monkeypatch):
     """Planning in measured seconds runs under AOTAutograd's FakeTensorMode; the ops it times there
     must run on real tensors, or the time model holds what propagating shapes costs."""
-    from recompute import timing
+    from recompute.capture import timing
 
     made = []
     make = timing.TensorSpec.make
@@ -197,7 +197,7 @@ def test_a_key_is_timed_until_its_calls_add_up_to_enough_seconds(monkeypatch):
     """``repeats`` timed calls after a warm-up, or fewer once they add up to ``enough`` seconds; a
     warm-up that alone takes ``enough`` and ``warm_enough`` is the timing (each call takes 2 ms of a
     made-up clock)."""
-    from recompute import timing
+    from recompute.capture import timing
 
     now = [0.0]
     monkeypatch.setitem(timing.CLOCKS, "made-up", lambda: now[0])
@@ -247,7 +247,7 @@ def test_a_long_call_is_extended_in_proportion_to_the_batch_untimed_at_the_large
 
 
 def _relu_call(batch: int):
-    from recompute.timing import OpCall, TensorSpec
+    from recompute.capture.timing import OpCall, TensorSpec
 
     return OpCall(torch.ops.aten.relu.default, (TensorSpec((batch, 3), (3, 1), torch.float32, "cpu"),), {})
 
@@ -259,7 +259,7 @@ def test_a_budget_at_the_planners_own_smallest_peak_is_met(name):
     smallest, so a budget at that peak must find a plan too (GoogLeNet's was refused, the error naming
     a larger smallest budget; of the zoo at this size only GoogLeNet's graph showed it, and its capture
     takes half a minute: in the slow set)."""
-    from recompute.plan import plan
+    from recompute.planners.registry import plan
 
     model, inputs = nets.build(name, batch_size=2, input_size=32, seed=0)
     _, _, part = our_partition(capture(model, inputs), "approxdp", strategy="tc", memory_model="simulator")

@@ -11,15 +11,16 @@ import pytest
 import torch
 
 import recompute
-from recompute.convsplit import SPLIT_FROM
-from recompute.exactness import compare
-from recompute.inplace import simulated_in_place
-from recompute.measure import default_loss, measure
-from recompute.peakremat import computed_again, needed_splits, recompute_at_peak, sunk
-from recompute.schedule import recomputation_cost
-from recompute.simulate import simulate
+from recompute.capture.convsplit import SPLIT_FROM
+from recompute.doors.exactness import compare
+from recompute.rewrites.inplace import simulated_in_place
+from recompute.doors.measure import default_loss, measure
+from recompute.rewrites.peak import computed_again, needed_splits, recompute_at_peak, sunk
+from recompute.pricing.schedule import recomputation_cost
+from recompute.pricing.simulate import simulate
 
 from .test_remat import _Bottlenecks
+from recompute.rewrites.pipeline import with_in_place, with_peak_recompute, with_rewrites
 
 
 class _FirstBlock(torch.nn.Module):
@@ -49,8 +50,8 @@ def test_the_first_block_is_recomputed_twice_where_the_split_backward_lets_the_p
     for split in (False, True):
         g = recompute.trace(model, inputs, loss_fn=default_loss, split_convolutions=split, workspaces=False)
         p = recompute.plan(g, "approxdp", strategy="tc")
-        q = p.with_rewrites(g, recompute_at_peak=True, in_place=True)
-        assert q.peak < p.with_in_place(g).peak
+        q = with_rewrites(p, g, recompute_at_peak=True, in_place=True)
+        assert q.peak < with_in_place(p, g).peak
         runner = recompute.execute(g, q, model)
         assert measure(model, inputs, runner=runner, backend="cpu").storage_peak_bytes == q.peak
         assert measure(model, inputs, runner=runner, backend="fake").peak_bytes == q.peak
@@ -95,7 +96,7 @@ def test_a_limit_that_is_no_number_of_cost_units_is_refused(limit, error, named)
     """NaN fails every comparison with the cost added, so the pass would take it as no limit at all."""
     g = recompute.trace(_FirstBlock(8), (torch.randn(2, 3, 32, 32),), loss_fn=default_loss)
     with pytest.raises(error, match=named):
-        recompute.plan(g, "chen").with_peak_recompute(g, limit=limit)
+        with_peak_recompute(recompute.plan(g, "chen"), g, limit=limit)
 
 
 def test_sinking_and_computing_again_keep_what_each_step_reads():

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recompute
-from recompute import lowerset
-from recompute.graph import Graph
-from recompute.memory_model import MemoryModel
-from recompute.plan import InfeasibleBudget, Plan, methods
-from recompute.lowerset import split_candidates
-from recompute.planners.dp import TooManyLowerSets
+from recompute.core import lowerset
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import InfeasibleBudget, Plan, methods
+from recompute.core.lowerset import split_candidates
+from recompute.core.families import TooManyLowerSets
 
 from .strategies import chain, dags, fig2_skip, siamese
 
@@ -210,7 +210,7 @@ def test_graphs_of_one_program_with_other_costs_plan_with_their_own():
     sums (it was: every budget infeasible, or another graph's optimum; on ``skip``, another optimum)."""
     from dataclasses import replace
 
-    from recompute import nets
+    from experiments import nets
 
     def trace():
         model, inputs = nets.build("skip", seed=0, fake_inputs=True)

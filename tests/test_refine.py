@@ -1,4 +1,4 @@
-"""Plans between the two canonical strategies (:mod:`recompute.refine`) against brute force, and the
+"""Plans between the two canonical strategies (:mod:`benchmarks.refining`) against brute force, and the
 late recomputations judged on the step run in place."""
 
 import itertools
@@ -9,13 +9,15 @@ import torch
 from torchvision.models.densenet import _DenseBlock as _TorchvisionDenseBlock
 
 import recompute
-from recompute import lowerset, nets
-from recompute.inplace import in_place
-from recompute.refine import nested_runs, refine, step_peak
-from recompute.remat import _fewest_late, late_where_needed, recompute_late
-from recompute.simulate import simulate
+from recompute.core import lowerset
+from experiments import nets
+from recompute.rewrites.inplace import in_place
+from benchmarks.refining import nested_runs, refine, step_peak
+from recompute.rewrites.remat import _fewest_late, late_where_needed, recompute_late
+from recompute.pricing.simulate import simulate
 
 from .exactness import check_plans
+from recompute.rewrites.pipeline import with_rewrites
 
 
 @lru_cache(maxsize=None)  # each network traced once per module
@@ -53,7 +55,7 @@ def test_refining_the_memory_centric_plan_finds_the_least_overhead_within_each_p
         got = refine(g, mc, tc, limit)
         assert set(mc.lower_sets) <= set(got.lower_sets)
         assert got.overhead == min(cost for peak, cost in every if peak <= limit), limit
-        run = got.with_rewrites(g, recompute_late=True, in_place=True)
+        run = with_rewrites(got, g, recompute_late=True, in_place=True)
         assert step_peak(g, got.lower_sets) <= limit and run.peak <= limit
     assert got.overhead < mc.overhead and got.info["refined with"] > 0  # the largest limit inserts something
 
@@ -63,7 +65,7 @@ def test_a_refined_plan_trains_as_plain_training_does():
     model, inputs, g, tc, mc = _planned("resblock")
     got = refine(g, mc, tc, 2**40)
     assert got.overhead < mc.overhead
-    run = got.with_rewrites(g, recompute_late=True, in_place=True)
+    run = with_rewrites(got, g, recompute_late=True, in_place=True)
     check_plans(model, inputs, [lambda _: run], dtype=torch.float32, graph=g)
 
 
@@ -79,7 +81,7 @@ def test_late_recomputations_judged_in_place_are_those_the_step_run_in_place_nee
         assert every > none
         judged = late_where_needed(p, s, written_in_place=True)
         assert judged is s
-        assert plan.with_rewrites(g, recompute_late=True, in_place=True).peak == none
+        assert with_rewrites(plan, g, recompute_late=True, in_place=True).peak == none
 
 
 class _DenseNet(torch.nn.Module):
@@ -119,7 +121,7 @@ def test_late_recomputations_for_a_step_run_in_place_hold_the_least_of_both_sear
         s = plan.runs(g)
         as_planned, judged_in_place = (placed(_fewest_late(p, s, 8, f)).peak for f in (lambda x: simulate(p, x), placed))
         assert (judged_in_place < as_planned) if strategy == "tc" else (as_planned < judged_in_place)
-        both = plan.with_rewrites(g, recompute_late=True, in_place=True)
+        both = with_rewrites(plan, g, recompute_late=True, in_place=True)
         assert both.peak == min(as_planned, judged_in_place) == simulate(p, both.runs(g)).peak
 
 

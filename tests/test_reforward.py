@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recompute
-from recompute import lowerset, nets
-from recompute.graph import Graph
+from recompute.core import lowerset
+from experiments import nets
+from recompute.core.graph import Graph
 from recompute.planners.reforward import (
     CloseSet, OptimizationGraph, branches, linear_solver, maximal_split, reorganise, splitting_vertices,
 )

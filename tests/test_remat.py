@@ -16,13 +16,15 @@ from torchvision.models.densenet import _DenseBlock as _TorchvisionDenseBlock
 from torchvision.models.googlenet import BasicConv2d, Inception
 
 import recompute
-from recompute import nets, partitions
-from recompute.dynamo import _kept_from_forward
-from recompute.remat import cheapest_kept, recompute_late, rematerialize
-from recompute.simulate import simulate
+from experiments import nets
+from benchmarks import partitions
+from recompute.doors.backend import _kept_from_forward
+from recompute.rewrites.remat import cheapest_kept, recompute_late, rematerialize
+from recompute.pricing.simulate import simulate
 
 from .exactness import check_plans, compiled_like_plain, sgd_steps
 from .models import TimeTable
+from recompute.rewrites.pipeline import with_late_recompute
 
 
 def _recomputed(kept: set[str], size, inputs, recomputable, needed) -> set[str] | None:
@@ -82,7 +84,7 @@ def _storages_only(monkeypatch):
     """What the partitions keep is about tensor storages: at these sizes what oneDNN's convolutions
     allocate inside themselves on the CPU (recompute.workspace) would make every peak, and no cut
     would change it."""
-    monkeypatch.setattr(sys.modules["recompute.trace"], "step_workspace", lambda gm, on: {})
+    monkeypatch.setattr(sys.modules["recompute.capture.trace"], "step_workspace", lambda gm, on: {})
 
 
 def _inception() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
@@ -226,7 +228,7 @@ class _Bottlenecks(torch.nn.Module):
 
 
 def test_the_executor_recomputes_cheap_values_late_where_that_lowers_the_peak_and_trains_bitwise():
-    """``Plan.with_late_recompute``, the executor's counterpart. Where Chen's segments recompute dense
+    """``recompute.rewrites.pipeline.with_late_recompute``, the executor's counterpart. Where Chen's segments recompute dense
     layers, each layer's concatenation is read by its recomputed BatchNorm and again, after the
     layer's two convolution backwards, by BatchNorm's backward: it is computed once more then. The
     schedule is the one the simulator prices (its new peak, lower), and it trains bitwise as plain
@@ -236,7 +238,7 @@ def test_the_executor_recomputes_cheap_values_late_where_that_lowers_the_peak_an
     model, inputs = _Bottlenecks(), (torch.randn(2, 3, 16, 16),)
     g = recompute.trace(model, inputs, workspaces=False)
     p = recompute.plan(g, "chen")
-    late = p.with_late_recompute(g)
+    late = with_late_recompute(p, g)
     assert late.peak < p.peak == simulate(g.program, p.runs(g)).peak
     assert late.peak == simulate(g.program, late.runs(g)).peak
     assert any(copy >= 2 for _, copy in late.runs(g).steps) and late.overhead > p.overhead
@@ -245,7 +247,7 @@ def test_the_executor_recomputes_cheap_values_late_where_that_lowers_the_peak_an
     assert late.lower_sets == p.lower_sets
     check_plans(model, inputs, [lambda _: late], dtype=torch.float32, graph=g)
     vanilla = recompute.plan(g, "vanilla")
-    assert vanilla.with_late_recompute(g) is vanilla
+    assert with_late_recompute(vanilla, g) is vanilla
 
     outer = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), model)
     plain = copy.deepcopy(outer)

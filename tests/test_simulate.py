@@ -11,14 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recompute
-from recompute import nets
-from recompute.fxnodes import is_random
-from recompute.measure import default_loss, measure
-from recompute.schedule import canonical
-from recompute.simulate import simulate
+from experiments import nets
+from recompute.core.fxnodes import is_random
+from recompute.doors.measure import default_loss, measure
+from recompute.pricing.schedule import canonical
+from recompute.pricing.simulate import simulate
 
 from .models import RandomDAGNet
 from .test_execute import random_sequence
+from recompute.rewrites.pipeline import with_in_place, with_late_recompute
 
 
 def measured(model: torch.nn.Module, inputs: tuple, graph: recompute.Graph, plan: recompute.Plan,
@@ -43,7 +44,7 @@ def test_simulated_equals_measured_on_random_models(seed):
         p = random_sequence(graph, rng)
         sim = simulate(graph.program, canonical(graph, p.lower_sets)).peak
         assert sim == measured(model, (x,), graph, p)
-        written = p.with_in_place(graph)  # pointwise ops writing into inputs that die there
+        written = with_in_place(p, graph)  # pointwise ops writing into inputs that die there
         assert written.peak <= sim and written.peak == measured(model, (x,), graph, written)
 
 
@@ -61,7 +62,7 @@ def test_simulated_equals_measured_on_the_zoo(name):
         p = recompute.plan(graph, method, strategy=strategy)
         assert p.memory_model == "simulator"
         assert 0 <= measured(model, inputs, graph, p, "cpu") - p.peak <= _generator_states(graph, p), method
-        written = p.with_in_place(graph)
+        written = with_in_place(p, graph)
         assert written.peak <= p.peak, method
         assert 0 <= measured(model, inputs, graph, written, "cpu") - written.peak <= _generator_states(graph, written), method
 
@@ -109,7 +110,7 @@ def test_schedule_runs_every_op_once_and_recomputes_the_plan():
 
 def test_planners_declare_their_options():
     g = recompute.Graph.from_edges([(0, 1), (1, 2)], [4, 4, 4], [1, 1, 1])
-    assert "memory_model" in recompute.plan.__globals__["spec"]("approxdp").options
+    assert "memory_model" in recompute.planners.registry.__globals__["spec"]("approxdp").options
     with pytest.raises(TypeError, match="has no option 'memroy_model'.*memory_model"):
         recompute.plan(g, "approxdp", memroy_model="paper")
     with pytest.raises(TypeError, match="'chen' has no option"):
@@ -126,8 +127,8 @@ def test_simulated_peak_against_a_cuda_step(name):
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
     mc = recompute.plan(graph, "approxdp", strategy="mc")
-    late = mc.with_late_recompute(graph)
-    plans = [recompute.plan(graph, "vanilla"), recompute.plan(graph, "chen"), mc, late, late.with_in_place(graph)]
+    late = with_late_recompute(mc, graph)
+    plans = [recompute.plan(graph, "vanilla"), recompute.plan(graph, "chen"), mc, late, with_in_place(late, graph)]
     for p in plans:
         method = p.method + "".join(f" +{k}" for k in ("late recomputations", "in place") if k in p.info)
         got = measure(model, inputs, runner=recompute.execute(graph, p, model), backend="cuda", iterations=1).peak_bytes

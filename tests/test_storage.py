@@ -10,9 +10,9 @@ from functorch.compile import aot_function, default_partition, make_boxed_func, 
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.graph import _BoxedCodeGen
 
-from recompute.measure import MemoryMeter
-from recompute.simulate import simulate_partition
-from recompute.storage import StorageTable
+from recompute.doors.measure import MemoryMeter
+from recompute.pricing.simulate import simulate_partition
+from recompute.core.storage import StorageTable
 
 
 def _step(w1: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 import recompute
-from recompute import costs, nets
-from recompute.timing import node_call
-from recompute.graph import Graph
+from recompute.capture import costs
+from experiments import nets
+from recompute.capture.timing import node_call
+from recompute.core.graph import Graph
 
 from .exactness import check_plans
 from .models import TimeTable, Tricky

@@ -12,9 +12,11 @@ import torch
 from torch import nn
 
 import recompute
-from recompute import Graph, nets
-from recompute.plan import simulated_peak
+from recompute import Graph
+from experiments import nets
+from recompute.planners.registry import simulated_peak
 from recompute.planners.exhaustive import MAX_NODES, GraphTooLarge
+from recompute.rewrites.pipeline import with_in_place
 
 
 class Scaled(nn.Module):
@@ -127,13 +129,13 @@ def test_a_plan_of_another_graph_is_refused_before_it_runs(chain):
     mine = recompute.plan(graph, "approxdp")
     named = "this plan was made for another graph .*; plan this graph: recompute.plan"
     for run in (lambda: recompute.execute(other, mine), lambda: mine.runs(other),
-                lambda: simulated_peak(other, mine), lambda: mine.with_in_place(other)):
+                lambda: simulated_peak(other, mine), lambda: with_in_place(mine, other)):
         with pytest.raises(ValueError, match=named):
             run()
     with pytest.raises(ValueError, match=rf"its lower sets cover {graph.n} nodes, this graph has {other.n}"):
         recompute.execute(other, mine)
     # a schedule over the other step's ops, under lower sets of this graph's size
-    borrowed = replace(recompute.plan(other, "approxdp"), schedule=mine.with_in_place(graph).schedule)
+    borrowed = replace(recompute.plan(other, "approxdp"), schedule=with_in_place(mine, graph).schedule)
     with pytest.raises(ValueError, match=r"its schedule names '\w+'.*, which this graph's step does not have"):
         recompute.execute(other, borrowed)
     assert recompute.execute(graph, mine)(*inputs) is not None  # its own graph's plan runs

@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 import recompute
-from recompute.exactness import float64_distance, train_step
-from recompute.optimize import MAX_PLANS, CaptureWarning, _what_changed
+from recompute.doors.exactness import float64_distance, train_step
+from recompute.doors.optimize import MAX_PLANS, CaptureWarning, _what_changed
 
 
 def _net(seed: int = 0) -> nn.Sequential:

@@ -1,4 +1,4 @@
-"""Workspaces (:mod:`recompute.workspace`): what an op allocates and frees inside itself on a CUDA device
+"""Workspaces (:mod:`recompute.capture.workspace`): what an op allocates and frees inside itself on a CUDA device
 is counted by the simulator at the op's step and by the DPs' block costs alike, so a plan's peak and
 its budget hold on the GPU."""
 
@@ -12,12 +12,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import recompute
-from recompute import lowerset, nets
-from recompute.blockcost import BlockCosts
-from recompute.measure import default_loss, measure
-from recompute.schedule import canonical
-from recompute.simulate import simulate
-from recompute.workspace import Workspace
+from recompute.core import lowerset
+from experiments import nets
+from recompute.pricing.blockcost import BlockCosts
+from recompute.doors.measure import default_loss, measure
+from recompute.pricing.schedule import canonical
+from recompute.pricing.simulate import simulate
+from recompute.capture.workspace import Workspace
 
 from .models import RandomDAGNet
 from .test_blockcost import _agree, _random_sequences, _sequences, _small_graph
@@ -105,8 +106,8 @@ def test_workspaces_are_measured_on_the_cpu_and_cuda_only():
 
 def test_a_cpu_convolution_backward_takes_a_workspace_and_a_view_none():
     """oneDNN's convolutions reorder their operands into scratch the allocator hands out; a view
-    allocates nothing. Measured once per layout, in one profile (recompute.allocator.transients)."""
-    from recompute.timing import OpCall, TensorSpec
+    allocates nothing. Measured once per layout, in one profile (recompute.capture.allocator.transients)."""
+    from recompute.capture.timing import OpCall, TensorSpec
 
     x, w = TensorSpec((8, 64, 28, 28), (50176, 784, 28, 1), torch.float32, "cpu"), TensorSpec((64, 64, 3, 3), (576, 9, 3, 1), torch.float32, "cpu")
     aten = torch.ops.aten
@@ -151,12 +152,12 @@ def test_the_backend_counts_workspaces_on_the_eager_runtime_only(monkeypatch):
     VGG-19 partition holding 5.86 GiB op by op held 3.46 GiB compiled): its plans are not made around them."""
     import importlib
 
-    from recompute.partitions import capture, our_partition
+    from benchmarks.partitions import capture, our_partition
 
     def every_op(gm, on):
         return {x.name: 2**20 for x in gm.graph.nodes if x.op == "call_function"} if on else {}
 
-    monkeypatch.setattr(importlib.import_module("recompute.trace"), "step_workspace", every_op)
+    monkeypatch.setattr(importlib.import_module("recompute.capture.trace"), "step_workspace", every_op)
     model, inputs = nets.build("resblock", batch_size=2, input_size=8, seed=0)
     c = capture(model, inputs)
     eager = our_partition(c, "approxdp", strategy="tc", runtime="eager")[2]
@@ -166,8 +167,8 @@ def test_the_backend_counts_workspaces_on_the_eager_runtime_only(monkeypatch):
 
 
 def test_a_partitions_simulation_adds_a_workspace_at_its_step_alone():
-    from recompute.partitions import capture
-    from recompute.simulate import simulate_partition
+    from benchmarks.partitions import capture
+    from recompute.pricing.simulate import simulate_partition
 
     model, inputs = nets.build("resblock", batch_size=2, input_size=8, seed=0)
     c = capture(model, inputs)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import recompute
-from recompute import nets
-from recompute.plan import spec
+from experiments import nets
+from recompute.planners.registry import spec
 
 from .exactness import check_plans
 from .test_execute import ZOO_METHODS, by_method

@@ -1,3 +1,3 @@
 """Planners, one module each; importing this package registers them with :func:`recompute.plan`."""
 
-from . import auto, chen, dp, exhaustive, milp, multirecompute, reforward, vanilla  # noqa: F401
+from recompute.planners import chen, dp, exhaustive, milp, multirecompute, reforward, vanilla  # noqa: F401

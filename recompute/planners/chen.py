@@ -13,13 +13,14 @@ node to the last) cannot be segmented and gets k = 1, i.e. no saving.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
-from ..graph import Graph
-from ..lowerset import split_candidates
-from ..plan import InfeasibleBudget, Plan, register
+from recompute.core.graph import Graph
+from recompute.core.lowerset import split_candidates
+from recompute.planners.registry import InfeasibleBudget, Plan, register
 
 __all__ = ["chen", "chen_greedy"]
 
@@ -105,5 +106,4 @@ def chen_greedy(g: Graph, *, budget: int | None = None, grid: int = 6) -> Plan:
         if best is None or (p.peak, p.overhead) < (best.peak, best.overhead):
             best = p
     assert best is not None
-    best.info["tried"] = [float(b) for b in tried]
-    return _check_budget(best, budget)
+    return _check_budget(replace(best, info={**best.info, "tried": [float(b) for b in tried]}), budget)

@@ -31,77 +31,20 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from ..blockcost import BlockCosts, FamilyCosts, _pair_cost, pack_rows, unpack_rows
-from ..graph import Graph
-from ..memory_model import PLANNING, MemoryModel
-from ..schedule import rng_order_preds
-from ..plan import InfeasibleBudget, Plan, register
+from recompute.core.families import all_lower_sets, has as _has, pack_rows, pruned_family, unpack_rows
+from recompute.pricing.blockcost import BlockCosts, FamilyCosts, _pair_cost
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import PLANNING, MemoryModel
+from recompute.pricing.schedule import rng_order_preds
+from recompute.planners.registry import InfeasibleBudget, Plan, register
 
-__all__ = ["exactdp", "approxdp", "TooManyLowerSets", "all_lower_sets", "pruned_family"]
+__all__ = ["exactdp", "approxdp"]
 
 _INF = np.iinfo(np.int64).max // 4  # "no state"; far above any sum of byte counts we add to it
 
 
-class TooManyLowerSets(ValueError):
-    """The exact DP's family of lower sets grew past ``max_lower_sets``."""
-
-    def __init__(self, count: int, limit: int, size: int):
-        self.count, self.limit = count, limit
-        super().__init__(
-            f"exactdp: the graph has more than max_lower_sets={limit} lower sets ({count} found among those "
-            f"of at most {size} nodes); raise max_lower_sets or use approxdp"
-        )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Families of lower sets as packed bitsets: row r, word v >> 6, bit v & 63 is set iff v ∈ L_r.
-
-
-def _words(n: int) -> int:
-    return max(1, (n + 63) // 64)
-
-
-def all_lower_sets(g: Graph, max_lower_sets: int = 200_000) -> np.ndarray:
-    """Every lower set of G as packed bitsets, by size (∅ first, V last).
-
-    Level s + 1 is {L ∪ {v} | L of size s, v ∉ L, δ⁻({v}) ⊆ L}: one matrix product per level finds
-    the addable nodes of all sets of the level at once.
-    """
-    n = g.n
-    pred = np.zeros((n, n), dtype=np.float32)  # pred[u, v] = 1 iff (u, v) ∈ E
-    for v, ps in enumerate(g.preds):
-        pred[list(ps), v] = 1.0
-    n_preds = pred.sum(axis=0)
-    level = np.zeros((1, _words(n)), dtype=np.uint64)
-    levels, count = [level], 1
-    for size in range(n):
-        member = unpack_rows(level, n)
-        # v is addable to L iff v ∉ L and all its predecessors are in L (counts are exact in float32).
-        addable = ~member & (member.astype(np.float32) @ pred == n_preds)
-        rows, nodes = np.nonzero(addable)
-        grown = level[rows].copy()
-        grown[np.arange(len(rows)), nodes >> 6] |= np.left_shift(np.uint64(1), (nodes & 63).astype(np.uint64))
-        level = np.unique(grown, axis=0)
-        count += len(level)
-        if count > max_lower_sets:
-            raise TooManyLowerSets(count, max_lower_sets, size + 1)
-        levels.append(level)
-    return np.concatenate(levels)
-
-
-def pruned_family(g: Graph) -> np.ndarray:
-    """{L_v | v ∈ V} ∪ {∅, V} of §4.3 as packed bitsets."""
-    member = np.vstack([np.zeros((1, g.n), bool), g.ancestors_mask(), np.ones((1, g.n), bool)])
-    return pack_rows(np.unique(member, axis=0))  # L_v = V for a node every other node reaches
-
-
 # ---------------------------------------------------------------------------------------------------
 # Per-lower-set costs and the DP core (numba: the loops over pairs L ⊊ L′ are the whole cost).
-
-
-@numba.njit(cache=True)
-def _has(bits: np.ndarray, r: int, v: int) -> bool:
-    return (bits[r, v >> 6] >> np.uint64(v & 63)) & np.uint64(1) != 0
 
 
 @numba.njit(cache=True)
@@ -191,7 +134,7 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
     W(L′) − W(L) + c(L′) ≤ window_budget are looked at; in (W, |L|) order they form a contiguous run.
     (``msum`` holds W; the block term is W(L′) − W(L) plus ``hold`` summed over the newly cached
     boundary ∂(L′) \\ L: 0 for eq. 2, M_v − S_v for the liveness model, whose cached values are whole.)
-    With ``exact`` the block term is the simulator's B(L, L′) (:mod:`recompute.blockcost`, arguments
+    With ``exact`` the block term is the simulator's B(L, L′) (:mod:`recompute.pricing.blockcost`, arguments
     ``pairs``), memoised in ``known`` across runs; W(L′) − W(L) + c(L′) is then a lower bound of it.
 
     L′'s frontier is built lazily: the transitions into it are taken from a heap by increasing m′
@@ -353,7 +296,7 @@ class _Family:
         set L′ can be reached from within a budget form a contiguous run of rows just before it.
 
         A formula's terms are :meth:`MemoryModel.dp_terms` (eq. 2: W = 2 M, X = M, no extra, hold = 0;
-        liveness: W = X = S, extra = 2 max M, hold = M − S). Simulator (:mod:`recompute.blockcost`): the block
+        liveness: W = X = S, extra = 2 max M, hold = M − S). Simulator (:mod:`recompute.pricing.blockcost`): the block
         term is B(L, L′), M(U) sums the cache bytes K_v, and W(L′) − W(L) + c(L′) is the lower bound
         of :func:`_simulator_bound`."""
         def csr(lists: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -553,7 +496,7 @@ TIME_LEVELS = 1 << 12
 
 def _memory_model(g: Graph, memory_model: str | None) -> MemoryModel:
     """The DPs' memory: the simulator (default on a traced graph: B(L, L′) of
-    :mod:`recompute.blockcost`, so the plan's peak is the simulated — and measured — one), eq. (2)
+    :mod:`recompute.pricing.blockcost`, so the plan's peak is the simulated — and measured — one), eq. (2)
     (the default on a graph built from edges) or its liveness variant (:class:`MemoryModel`)."""
     if memory_model is None:
         # a trace the block decomposition does not cover is planned with the liveness model and
@@ -580,7 +523,7 @@ def _family(g: Graph, memory_model: MemoryModel, sets: Callable[[], np.ndarray],
 def _order(g: Graph, memory_model: MemoryModel) -> Graph:
     """The graph whose lower sets the DP searches: G itself, or for the simulator G with random ops
     chained in their traced order, whose canonical forward phase runs block by block
-    (:func:`recompute.schedule.forward_order`), as B(L, L′) assumes."""
+    (:func:`recompute.pricing.schedule.forward_order`), as B(L, L′) assumes."""
     if memory_model != MemoryModel.simulator:
         return g
     preds = rng_order_preds(g)
@@ -599,7 +542,7 @@ def exactdp(
 ) -> Plan:
     """Exact DP of §4.2 over all lower sets of G (time-centric ``tc`` or memory-centric ``mc``, §4.4).
 
-    Raises :class:`TooManyLowerSets` when G has more than ``max_lower_sets`` lower sets. With
+    Raises :class:`recompute.core.families.TooManyLowerSets` when G has more than ``max_lower_sets`` lower sets. With
     ``budget=None`` the budget is the smallest one that admits a canonical strategy. approxdp's family
     {L_v} is a subfamily of all lower sets, so its answers bound the exact ones and prune the search.
     ``memory_model``: see :func:`_memory_model`.

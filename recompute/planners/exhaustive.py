@@ -4,7 +4,7 @@ The search walks every strictly increasing lower-set sequence ∅ ≺ L_1 ≺ �
 stay within the budget by eq. (2). As §4.1 observes, a prefix only matters through its state: the
 last lower set L = L_i, its overhead t (eq. 1, the last block V_k not charged) and m = M(U_i); we also
 carry its eq. (2) peak p so that one search answers every budget. States are visited once, nothing
-dominated is pruned, and every quantity comes from :mod:`recompute.lowerset` on plain sets: it
+dominated is pruned, and every quantity comes from :mod:`recompute.core.lowerset` on plain sets: it
 shares no code with the DP and is exponential in #V (meant for #V ≤ ~12).
 """
 
@@ -14,12 +14,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import lowerset
-from ..blockcost import BlockCosts, pack_rows
-from ..graph import Graph
-from ..memory_model import PLANNING, MemoryModel
-from ..schedule import rng_order_preds
-from ..plan import InfeasibleBudget, Plan, register
+from recompute.core import lowerset
+from recompute.core.families import pack_rows
+from recompute.pricing.blockcost import BlockCosts
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import PLANNING, MemoryModel
+from recompute.pricing.schedule import rng_order_preds
+from recompute.planners.registry import InfeasibleBudget, Plan, register
 
 __all__ = ["exhaustive", "lower_sets", "GraphTooLarge", "MAX_NODES"]
 
@@ -51,9 +52,9 @@ def exhaustive(g: Graph, *, budget: int | None = None, strategy: str | None = No
     """Least (``tc``) or most (``mc``) overhead over all canonical strategies within ``budget``.
 
     ``budget=None`` uses the smallest budget B* for which a canonical strategy exists. The peak is the
-    simulator's (the default on a traced graph: blocks priced by :mod:`recompute.blockcost`, lower sets
+    simulator's (the default on a traced graph: blocks priced by :mod:`recompute.pricing.blockcost`, lower sets
     that keep random ops in the traced order), eq. (2) or its liveness variant
-    (:meth:`recompute.memory_model.MemoryModel.block`). Graphs of more than ``max_nodes``
+    (:meth:`recompute.pricing.memory_model.MemoryModel.block`). Graphs of more than ``max_nodes``
     nodes raise :class:`GraphTooLarge` before any search.
     """
     if g.n > max_nodes:

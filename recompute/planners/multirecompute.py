@@ -1,37 +1,38 @@
 """``revolve``, ``chen_recursive`` and ``join_dp``: plans that recompute a value more than once.
 
 A canonical strategy (Kusumoto et al. 2019) recomputes each value at most once. These planners see the
-traced graph as a chain of steps (:func:`~recompute.multirecompute.chain_of`: the links between its
-articulation points) or as a join (:func:`~recompute.multirecompute.join_of`: one branch per input up
+traced graph as a chain of steps (:func:`~recompute.planners.pebble.chain_of`: the links between its
+articulation points) or as a join (:func:`~recompute.planners.pebble.join_of`: one branch per input up
 to the head), schedule it in the pebble game of Beaumont et al. (2020) with c slots — Revolve's Opt0
 (Griewank & Walther 2000), Chen et al.'s (2016, §4.4) recursion, Beaumont's join DP — and compile the
-pebble schedule onto the joint graph (:func:`~recompute.multirecompute.compile.to_schedule`). The plan
-carries that :class:`~recompute.schedule.Schedule` and its ``peak`` is the simulator's exact peak.
+pebble schedule onto the joint graph (:func:`~recompute.planners.pebble.compile.to_schedule`). The plan
+carries that :class:`~recompute.pricing.schedule.Schedule` and its ``peak`` is the simulator's exact peak.
 
 A slot holds one value whatever its size, so the slot count is searched against the simulator: every
 c from c_min (Theorem 3.3) to C_opt = Σ(ℓ_b + 1) is compiled and priced. With ``budget=None`` the plan
 is the one of smallest simulated peak; with a budget (bytes), the one with the fewest recomputed op
-instances whose simulated peak fits it, and :class:`~recompute.plan.InfeasibleBudget` names the
+instances whose simulated peak fits it, and :class:`~recompute.planners.registry.InfeasibleBudget` names the
 smallest simulated peak when none does. ``chen_recursive`` has no slot bound to search: its budget is
 only checked.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
-from ..graph import Graph
-from ..memory_model import MemoryModel
-from ..multirecompute import c_min, c_opt, chain_of, join_of
-from ..multirecompute import chen_recursive as chen_recursion
-from ..multirecompute import join_dp as join_schedule
-from ..multirecompute import revolve as revolve_schedule
-from ..multirecompute.compile import to_schedule
-from ..multirecompute.graphmap import JoinMap
-from ..multirecompute.schedule import Schedule as PebbleSchedule
-from ..plan import InfeasibleBudget, Plan, register
-from ..schedule import Schedule, recomputation_cost
-from ..simulate import simulate
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.pebble import c_min, c_opt, chain_of, join_of
+from recompute.planners.pebble import chen_recursive as chen_recursion
+from recompute.planners.pebble import join_dp as join_schedule
+from recompute.planners.pebble import revolve as revolve_schedule
+from recompute.planners.pebble.compile import to_schedule
+from recompute.planners.pebble.graphmap import JoinMap
+from recompute.planners.pebble.schedule import Schedule as PebbleSchedule
+from recompute.planners.registry import InfeasibleBudget, Plan, register
+from recompute.pricing.schedule import recomputation_cost
+from recompute.pricing.simulate import simulate
 
 __all__ = ["revolve", "chen_recursive", "join_dp"]
 
@@ -68,8 +69,7 @@ def _search(g: Graph, jm: JoinMap, schedule_for: Callable[[int], PebbleSchedule]
             best, best_key = p, key
     if best is None:
         raise InfeasibleBudget(schedule_for(slots.start).method, budget, smallest)
-    best.info["slots_searched"] = (slots.start, slots.stop - 1)
-    return best
+    return replace(best, info={**best.info, "slots_searched": (slots.start, slots.stop - 1)})
 
 
 def _slot_range(lengths: tuple[int, ...], slots: int | None) -> range:

@@ -1,7 +1,7 @@
 """``reforward_linear`` and ``reforward``: Re-forwarding (Feng & Huang 2018) as canonical strategies.
 
 The *optimization graph* of the paper (§3) has the tensors as vertexes and the operations as edges;
-our :class:`~recompute.graph.Graph` has one node per tensor-producing operation, i.e. one vertex per
+our :class:`~recompute.core.graph.Graph` has one node per tensor-producing operation, i.e. one vertex per
 output tensor, so V carries over and l(v) = M_v. :class:`OptimizationGraph` adds the two vertexes
 the paper's solvers start and end at: the source s (the network input) and the target t (the loss,
 fed by every output), both of cost 0 because neither is an activation of V.
@@ -40,10 +40,10 @@ from typing import Callable
 
 import numpy as np
 
-from .. import lowerset
-from ..graph import Graph
-from ..plan import Plan, register
-from .chen import _check_budget
+from recompute.core import lowerset
+from recompute.core.graph import Graph
+from recompute.planners.registry import Plan, register
+from recompute.planners.chen import _check_budget
 
 __all__ = [
     "OptimizationGraph", "CloseSet", "Hierarchy", "LinearSolution", "Solution", "linear_solver",

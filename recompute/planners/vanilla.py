@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..graph import Graph
-from ..memory_model import MemoryModel
-from ..plan import Plan, register
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import Plan, register
 
 
 @register("vanilla")

@@ -36,14 +36,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...graph import Graph
-from ...memory_model import MemoryModel
-from ...plan import InfeasibleBudget, Plan, register
-from ...schedule import Schedule, Writer
-from ...simulate import simulate
-from .pricing import keep, problem, stage_memory
-from .problem import Problem
-from .solve import NoSolution, Solution, _solve
+from recompute.core.graph import Graph
+from recompute.pricing.memory_model import MemoryModel
+from recompute.planners.registry import InfeasibleBudget, Plan, register
+from recompute.pricing.schedule import Schedule, Writer
+from recompute.pricing.simulate import simulate
+from recompute.planners.milp.pricing import keep, problem, stage_memory
+from recompute.planners.milp.problem import Problem
+from recompute.planners.milp.solve import NoSolution, Solution, _solve
 
 __all__ = ["milp", "lp_bound", "on_demand"]
 
@@ -109,7 +109,7 @@ def milp(g: Graph, *, budget: int | None = None, time_limit: float = 60.0,
 
     ``time_limit`` bounds each HiGHS solve (seconds); the plan keeps HiGHS's status, its bound and
     gap in ``info``. Graphs of more than ``max_nodes`` nodes are coarsened. On a traced graph the
-    plan carries its :class:`~recompute.schedule.Schedule` and ``peak`` is its simulated peak;
+    plan carries its :class:`~recompute.pricing.schedule.Schedule` and ``peak`` is its simulated peak;
     ``retries`` bounds the re-solves with the program's budget moved by the simulated excess or slack.
     ``warm_start``: lower-set plans HiGHS starts from (their cache kept, :func:`on_demand`), by
     default approxdp-TC's at ``budget``; ``()`` for a cold start.
@@ -199,7 +199,7 @@ def _warm(g: Graph, pb: Problem, budget: int | None, total: int,
     """The warm starts of ``plans`` (default: approxdp-TC's at ``budget``) on the stage grid, priced,
     and what became of them (said in ``info["warm_start"]``)."""
     if plans is None:
-        from ...plan import plan as make_plan
+        from recompute.planners.registry import plan as make_plan
 
         try:
             plans = [make_plan(g, "approxdp", strategy="tc", budget=budget)]

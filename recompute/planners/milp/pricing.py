@@ -16,7 +16,7 @@ traced graph:
   the bytes of the forward part of c's input i that no op of c from q on reads;
 * H_t: in forward stage t the BatchNorm statistics of the nodes before t (held to the end of the
   forward phase); in backward stage n + s the simulator's bytes of the backward values alone between
-  stages (:mod:`recompute.simulate` on the backward ops in stage order, tangents from the start,
+  stages (:mod:`recompute.pricing.simulate` on the backward ops in stage order, tangents from the start,
   parameter gradients to the end); in both the prologue's values;
 * a backward event e is a backward op: H'_e is the backward values' bytes at it (the same
   simulation), the prologue's values and A_e + A'_e, the parts of the stage's storages read at e or
@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...fxnodes import is_random
-from ...graph import Graph
-from ...schedule import Schedule
-from ...simulate import simulate
-from ...storage import Counted, joint_table
-from .problem import Problem, coarsen
+from recompute.core.fxnodes import is_random
+from recompute.core.graph import Graph
+from recompute.pricing.schedule import Schedule
+from recompute.pricing.simulate import simulate
+from recompute.core.storage import Counted, joint_table
+from recompute.planners.milp.problem import Problem, coarsen
 
 if TYPE_CHECKING:
-    from ...trace import Program
+    from recompute.capture.trace import Program
 
 __all__ = ["problem", "stage_memory", "keep"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...graph import Graph
+from recompute.core.graph import Graph
 
 __all__ = ["Problem", "coarsen"]
 

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...plan import InfeasibleBudget
-from .pricing import _last_use, _saved_delta, _stays, stage_memory
-from .problem import Problem
+from recompute.planners.registry import InfeasibleBudget
+from recompute.planners.milp.pricing import _last_use, _saved_delta, _stays, stage_memory
+from recompute.planners.milp.problem import Problem
 
 if TYPE_CHECKING:  # scipy (~1 s) is imported where a program is built: `import recompute` need not pay it
     from scipy.optimize import Bounds, LinearConstraint

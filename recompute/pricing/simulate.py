@@ -1,0 +1,232 @@
+"""The memory simulator: the exact peak of a :class:`~recompute.pricing.schedule.Schedule`, in bytes.
+
+It replays the schedule the way :mod:`recompute.doors.execute` runs it and :mod:`recompute.doors.measure`
+meters it: every op instance allocates its outputs (the storages of :mod:`recompute.core.storage`: each
+output of a multi-output op its own, views and ``getitem`` their base's), the peak is taken with the
+op's inputs and outputs alive, and then every storage whose last use (over all its views) has passed
+is freed (an op run in place, ``Schedule.into``, writes into its input's storage and allocates
+none); an op that allocates and frees memory inside itself (a CUDA workspace, ``Program.workspace``,
+:mod:`recompute.capture.workspace`) adds it at its step. Parameters, buffers and inputs exist before the step
+and are not counted; the tangents arrive when the backward phase starts and are held by the caller
+until it ends; the step's outputs (parameter gradients, the model's outputs) live to the end, and the
+new BatchNorm statistics until the forward phase ends, when they are written to the buffers.
+
+:func:`simulate_partition` prices the same way a forward and a backward ``fx.GraphModule`` run as
+training runs them (AOTAutograd's partitions, PyTorch's or ours).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections import Counter
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch.fx as fx
+
+from recompute.pricing.schedule import Instance, Schedule
+from recompute.core.storage import StorageTable, joint_table
+
+if TYPE_CHECKING:
+    from recompute.capture.trace import Program
+
+__all__ = ["Simulation", "Lifetimes", "lifetimes", "simulate", "simulate_partition"]
+
+
+@dataclass
+class Simulation:
+    """What :func:`simulate` found.
+
+    Attributes:
+        peak: the highest number of live bytes.
+        peak_step: the step at which it happens.
+        live: live bytes after each step's allocation, its op's workspace included (the memory curve).
+    """
+
+    peak: int
+    peak_step: int
+    live: np.ndarray
+
+
+def _replay(size: np.ndarray, creates: list[list[tuple[int, int]]], last: Mapping[tuple[int, int], int],
+            arrive: int, arriving: Iterable[tuple[int, int]], transient: Sequence[int] | None = None) -> Simulation:  # fmt: skip
+    """Live bytes step by step: storage instances (storage, copy) appear when their step creates them
+    (``arriving`` ones at step ``arrive``) and are freed after their ``last`` step; one that nothing
+    reads dies right after the step that made it; ``transient[step]`` bytes exist during the step
+    alone. Storages neither created nor arriving (parameters, inputs) are not counted."""
+    n = len(creates)
+    arriving = list(arriving)
+    counted = {st for made in creates for st in made} | set(arriving)  # not constants read by the steps
+    dies: dict[int, list[tuple[int, int]]] = {}
+    for st, step in last.items():
+        if st in counted:
+            dies.setdefault(step, []).append(st)
+    arrived = sum(int(size[s]) for s, _ in arriving)
+    live_now = 0
+    curve = np.zeros(n, dtype=np.int64)
+    peak, peak_step = 0, 0
+    for step in range(n):
+        if step == arrive:
+            live_now += arrived
+        for st in creates[step]:
+            live_now += int(size[st[0]])
+        curve[step] = live_now + (transient[step] if transient is not None else 0)
+        if curve[step] > peak:
+            peak, peak_step = int(curve[step]), step
+        for st in dies.get(step, ()):
+            live_now -= int(size[st[0]])
+        for st in creates[step]:
+            if st not in last:
+                live_now -= int(size[st[0]])
+    return Simulation(peak=int(peak), peak_step=peak_step, live=curve)
+
+
+def _extend(last: dict[tuple[int, int], int], storages: Iterable[tuple[int, int]], step: int) -> None:
+    for st in storages:
+        last[st] = max(last.get(st, -1), step)
+
+
+@dataclass
+class Lifetimes:
+    """Where each op instance of a schedule lives and until when (:func:`lifetimes`).
+
+    Attributes:
+        table, node: the joint graph's storage table and its nodes by name.
+        creates: for each step, the storage instances (storage, copy) it allocates.
+        last: storage instance → the last step that needs it (a read through any alias, a release,
+            the end of the forward phase for BatchNorm's new statistics, the end of the step for the
+            tangents, the model's outputs and the gradients).
+        tangents: the tangents' storage instances (they arrive when the backward phase starts).
+        copy: op instance → the copy of its storages a read of it keeps alive (an alias: its base's).
+        moved: an in-place output's own storage instance → the one it lives in.
+    """
+
+    table: StorageTable
+    node: Callable[[str], fx.Node]
+    creates: list[list[tuple[int, int]]]
+    last: dict[tuple[int, int], int]
+    tangents: list[tuple[int, int]]
+    copy: dict[Instance, int]
+    moved: dict[tuple[int, int], tuple[int, int]]
+
+    def storages(self, inst: Instance) -> list[tuple[int, int]]:
+        """The storage instances a read of ``inst`` keeps alive (none for a parameter or an input)."""
+        c = self.copy.get(inst)
+        if c is None:
+            return []
+        of = self.table.by_name[1].get(inst[0], ())
+        if not self.moved:
+            return [(st, c) for st in of]
+        return [self.moved.get((st, c), (st, c)) for st in of]
+
+
+def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
+    """The storages of ``s`` on the joint graph of ``p``: an op instance allocates one copy of its
+    storages, an alias keeps its base's copy alive, and a step ``s.into`` writes in place allocates
+    nothing, its output living in the storage of the instance it writes into."""
+    joint = p.joint
+    life = Lifetimes(joint_table(joint), joint.node, [], {}, [], {(name, 0): 0 for name in joint.tangents}, {})
+    made_by, copy = life.table.by_name[0], life.copy
+    for step, (inst, reads) in enumerate(zip(s.steps, s.reads)):
+        made = made_by.get(inst[0])
+        if made is not None:
+            copy[inst] = inst[1]
+            own = [(st, inst[1]) for st in made]
+            if step in s.into:
+                (target,) = life.storages(s.into[step])
+                life.moved.update((st, target) for st in own)
+                own = []
+            life.creates.append(own)
+        else:
+            if reads and reads[0] in copy:
+                copy[inst] = copy[reads[0]]
+            life.creates.append([])
+    last, n = life.last, len(s.steps)
+    held: dict[Instance, list[tuple[int, int]]] = {}  # what a read of each instance keeps alive, found once
+    for step, reads in enumerate(s.reads):
+        for r in reads:
+            sts = held.get(r)
+            if sts is None:
+                sts = held[r] = life.storages(r)
+            for st in sts:
+                last[st] = step  # the steps rise: this read is the last so far
+    for step, insts in s.release.items():
+        for r in insts:
+            _extend(last, life.storages(r), step)
+    for name in joint.buffer_writes:
+        _extend(last, life.storages((name, 0)), s.backward_start - 1)
+    life.tangents = [st for name in joint.tangents for st in life.storages((name, 0))]
+    # the tangents are held by the caller (``backward()``'s arguments) until the backward ends
+    _extend(last, life.tangents, n)
+    for name in [*(x.name for x in joint.user_outputs), *joint.gradients]:
+        _extend(last, life.storages((name, 0)), n)
+    return life
+
+
+def simulate(p: "Program", s: Schedule) -> Simulation:
+    """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
+    life = lifetimes(p, s)
+    transient = [p.workspace.get(name, 0) for name, _ in s.steps] if p.workspace else None
+    return _replay(life.table.size, life.creates, life.last, s.backward_start, life.tangents, transient)
+
+
+def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,
+                       received: Mapping[str, str] | None = None, hold_saved: bool = False,
+                       workspace: Mapping[str, int] | None = None) -> Simulation:  # fmt: skip
+    """The peak of one training step run as a (forward, backward) pair of ``fx.GraphModule``\\ s whose
+    nodes carry ``meta["val"]``, such as AOTAutograd's partitioners return.
+
+    The forward's call_function nodes run in graph order, then the backward's. The forward's
+    placeholders (parameters, buffers, inputs) and constants exist before the step and are not
+    counted. A backward placeholder is handed the forward value named ``received[name]`` (default: the
+    forward node of the same name, AOTAutograd's convention for saved values); the others (the
+    tangents) arrive when the backward starts and are held to its end. A saved value lives until its
+    last read in the backward (``hold_saved``: to the end, as when the caller keeps the saved tensors
+    through the whole backward); the forward's other outputs (the model's outputs, updated buffers)
+    and the backward's outputs (the gradients) live to the end of the step. ``workspace`` (fx node
+    name → bytes, :mod:`recompute.capture.workspace`) exists during its op's step alone. Returns the
+    :class:`Simulation` over the steps, forward first.
+    """
+    fwd_by_name = {x.name: x for x in forward.graph.nodes}
+    bwd_inputs = [x for x in backward.graph.nodes if x.op == "placeholder"]
+    names = received if received is not None else {x.name: x.name for x in bwd_inputs if x.name in fwd_by_name}
+    links: dict[fx.Node, fx.Node] = {}
+    for x in bwd_inputs:
+        if x.name in names:
+            if names[x.name] not in fwd_by_name:
+                raise ValueError(f"simulate_partition: received[{x.name!r}] = {names[x.name]!r} names no node of "
+                                 "the forward module; map each saved input of the backward to a forward node")
+            links[x] = fwd_by_name[names[x.name]]
+    table = StorageTable.build([*forward.graph.nodes, *backward.graph.nodes], links)
+    steps = [x for g in (forward, backward) for x in g.graph.nodes if x.op == "call_function"]
+    backward_start = sum(1 for x in forward.graph.nodes if x.op == "call_function")
+    creates = [[(st, 0) for st in table.made.get(x, ())] for x in steps]
+    n = len(steps)
+    last: dict[tuple[int, int], int] = {}
+    for step, x in enumerate(steps):
+        _extend(last, ((st, 0) for st in table.reads(x)), step)
+    given = [(st, 0) for x in bwd_inputs if x not in links for st in table.of.get(x, ())]
+    _extend(last, given, n)
+    if hold_saved:
+        _extend(last, ((st, 0) for x in links for st in table.of.get(x, ())), n)
+    # forward outputs the backward is not handed (a value handed once and returned twice is both)
+    handed = Counter(links.values())
+    for x in _outputs(forward):
+        if handed[x] > 0:
+            handed[x] -= 1
+        else:
+            _extend(last, ((st, 0) for st in table.of.get(x, ())), n)
+    for x in _outputs(backward):
+        _extend(last, ((st, 0) for st in table.of.get(x, ())), n)
+    transient = [workspace.get(x.name, 0) for x in steps] if workspace else None
+    return _replay(table.size, creates, last, backward_start, given, transient)
+
+
+def _outputs(gm: fx.GraphModule) -> list[fx.Node]:
+    """The fx nodes ``gm`` returns (flattened)."""
+    out: list[fx.Node] = []
+    for x in gm.graph.nodes:
+        if x.op == "output":
+            fx.node.map_arg(x.args, out.append)
+    return out
+
