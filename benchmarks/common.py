@@ -82,6 +82,36 @@ def write_section(path: Path, marker: str, text: str) -> None:
     tmp.replace(path)
 
 
+# which page of docs/ holds each generated section (tests/test_paper_figures.py checks both ways)
+DOC_PAGES: dict[str, str] = {
+    "corpus-table": "models.md",
+    "cpu-time-table": "simulator.md",
+    "cuda-head-to-head": "gpu.md",
+    "cuda-workspace": "gpu.md",
+    "graphs-table": "graphs.md",
+    "head-to-head": "paper_scale.md",
+    "llm": "models.md",
+    "measured": "pytorch.md",
+    "memory-table": "planners.md",
+    "milp-table": "planners.md",
+    "multirecompute-table": "planners.md",
+    "refine": "planners.md",
+    "reforward-table": "planners.md",
+    "simulator-cuda-table": "gpu.md",
+    "simulator-table": "simulator.md",
+    "solve-time-app": "planners.md",
+    "solve-time-liveness": "planners.md",
+    "solve-time-paper": "planners.md",
+    "time-model": "simulator.md",
+}
+
+
+def write_doc(marker: str, text: str) -> None:
+    """Write the generated section ``marker`` into its page of ``docs/`` (:data:`DOC_PAGES`)."""
+    write_section(REPO / "docs" / DOC_PAGES[marker], marker, text)
+
+
+
 def write_atomic(path: Path, write: Callable[[str], Any]) -> None:
     """``write(tmp)`` into a temporary file in ``path``'s folder, then rename it to ``path``: a stopped
     run leaves the old file, never half of one."""
@@ -133,5 +163,5 @@ def net_method_args(doc: str, methods: Sequence[str], default_nets: Sequence[str
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=list(default_nets or nets.names(paper_only=True)))
     parser.add_argument("--methods", nargs="+", default=list(methods), choices=list(methods))
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update its section of docs/ (benchmarks.common.DOC_PAGES)")
     return parser.parse_args()

@@ -3,7 +3,7 @@ with plain training (issue 23).
 
     python -m benchmarks.corpus                      # every model, every method; prints the table
     python -m benchmarks.corpus --models resnet18 lstm --methods approxdp-tc chen
-    python -m benchmarks.corpus --write              # and update docs/benchmarks.md (after every model)
+    python -m benchmarks.corpus --write              # and update docs/models.md (after every model)
     python -m benchmarks.corpus --write --minutes 40 # start no model after 40 min; the table lists those left
 
 A cell is ``bitwise`` where the loss, every gradient (the inputs' too, where an input requires grad),
@@ -43,7 +43,7 @@ import recompute
 from recompute.doors.exactness import compare, float64_distance
 from experiments.nets import DropoutNet
 
-from .common import NON_NEGATIVE, POSITIVE_INT, REPO, markdown_table, write_section
+from .common import NON_NEGATIVE, POSITIVE_INT, markdown_table, write_doc
 
 # --------------------------------------------------------------------------- the models
 
@@ -566,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=POSITIVE_INT, default=300, help="seconds of CPU time a model × method cell may take")
     parser.add_argument("--minutes", type=NON_NEGATIVE, default=0,
                         help="start no model after this many minutes (0: run them all); the table lists those left")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md (after every model)")
+    parser.add_argument("--write", action="store_true", help="update docs/models.md (after every model)")
     parser.add_argument("--jobs", type=POSITIVE_INT, default=1, help="models run at once (each in its own one-thread process)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -593,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(row)
         rows.sort(key=lambda r: order[r.model.name])
         if args.write:  # after every model: a run cut short still leaves its table
-            write_section(REPO / "docs" / "benchmarks.md", "corpus-table", text())
+            write_doc("corpus-table", text())
     print(text())
     bad = [(r.model.name, k) for r in rows for k, o in r.outcomes.items() if not o.ok] + [
         (r.model.name, "process") for r in rows if r.died]

@@ -1,7 +1,7 @@
 """Real CPU training steps at a reduced input size: time overhead and measured peak per method.
 
     python -m benchmarks.cpu_time              # print the table
-    python -m benchmarks.cpu_time --write      # and update docs/benchmarks.md
+    python -m benchmarks.cpu_time --write      # and update docs/simulator.md
 
 Plain eager training (``eager``) and every method's schedule on our executor (``vanilla`` is the
 executor running the plan that recomputes nothing) run ``--iterations`` real steps (forward, loss,
@@ -24,7 +24,7 @@ from experiments import nets
 from recompute.doors.measure import default_loss
 from recompute.pricing.memory_model import PLANNING, MemoryModel
 
-from .common import NON_NEGATIVE_INT, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
+from .common import NON_NEGATIVE_INT, POSITIVE_INT, head_commit, made_by, markdown_table, write_doc
 
 # network → (batch, input size) for CPU timing
 SIZES = {"resnet50": (8, 64), "resnet152": (4, 64), "vgg19": (8, 64), "densenet161": (4, 64),
@@ -90,7 +90,7 @@ def main() -> None:
     labels = {_label(*m): m for m in METHODS}
     parser.add_argument("--methods", nargs="+", default=list(labels), choices=list(labels),
                         help="a subset (eager first: the ratios are to the first method)")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/simulator.md")
     args = parser.parse_args()
     if args.rounds > args.iterations:  # a round would time no step
         parser.error(f"--rounds {args.rounds} is more than --iterations {args.iterations}: each round times at least one step")
@@ -101,7 +101,7 @@ def main() -> None:
     text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "cpu-time-table", text)
+        write_doc("cpu-time-table", text)
 
 
 if __name__ == "__main__":

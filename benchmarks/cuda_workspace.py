@@ -24,7 +24,7 @@ import recompute
 from experiments import nets
 from recompute.doors.measure import default_loss
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import head_commit, made_by, markdown_table, write_doc
 
 GIB, MIB = 2**30, 2**20
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nets", nargs="+", default=["vgg19", "unet", "resnet50"])
     parser.add_argument("--methods", nargs="+", default=["vanilla", "approxdp_tc", "exactdp_tc"])
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/gpu.md")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.cuda_workspace needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     text = f"{made_by(commit, device, f'torch {torch.__version__}', argv=argv)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "cuda-workspace", text)
+        write_doc("cuda-workspace", text)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import argparse
 import recompute
 from experiments import nets
 
-from .common import REPO, head_commit, made_by, markdown_table, write_section
+from .common import head_commit, made_by, markdown_table, write_doc
 
 # Why #V differs from the paper's where it does by more than 10% (checked against the traced ops).
 REASONS = {
@@ -50,7 +50,7 @@ def main() -> None:
     text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, rows())}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "graphs.md", "graphs-table", text)
+        write_doc("graphs-table", text)
 
 
 if __name__ == "__main__":

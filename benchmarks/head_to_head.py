@@ -1,7 +1,7 @@
 """PyTorch's min-cut partitioner against ours at the paper's batch and input size: peak against step time.
 
     OMP_NUM_THREADS=1 python -m benchmarks.head_to_head            # print the tables (two networks at a time)
-    OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write    # and docs/benchmarks.md, paper_figures/pareto_<net>.{png,json}
+    OMP_NUM_THREADS=1 python -m benchmarks.head_to_head --write    # and docs/paper_scale.md, paper_figures/pareto_<net>.{png,json}
 
 Per network, the training step (model, then :func:`recompute.doors.measure.default_loss`) is compiled once
 on the ``meta`` device at the paper's batch and input size, with inductor's decompositions, and its
@@ -70,7 +70,7 @@ from recompute.pricing.simulate import simulate_partition
 from recompute.capture.timing import BatchExtrapolation, OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
 from .common import (POSITIVE, POSITIVE_INT, REPO, command_line, head_commit, markdown_table, shared_cache_bytes, write_atomic,
-                     write_section)
+                     write_doc)
 from recompute.rewrites.pipeline import with_in_place, with_late_recompute, with_peak_recompute, with_rewrites
 
 NETWORKS = ("resnet50", "resnet152", "vgg19", "densenet161", "googlenet", "unet", "pspnet")
@@ -872,9 +872,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=POSITIVE_INT, default=3, help="timed calls per op key, at most")
     parser.add_argument("--enough", type=POSITIVE, default=0.05, help="seconds of timed calls after which a key is not timed again")
     parser.add_argument("--jobs", type=POSITIVE_INT, default=2, help="networks run at once, one process and one thread each")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/pareto_<net>.*")
+    parser.add_argument("--write", action="store_true", help="update docs/paper_scale.md and paper_figures/pareto_<net>.*")
     parser.add_argument("--render", action="store_true",
-                        help="run nothing: write docs/benchmarks.md's section and the figures from the stored points")
+                        help="run nothing: write docs/paper_scale.md's section and the figures from the stored points")
     args = parser.parse_args()
     commit = head_commit()
     done = {n: ps for n in NETWORKS if (args.write or args.render) and (ps := load(n)) is not None}
@@ -883,7 +883,7 @@ def main() -> None:
             figure(points, FIGURES / f"pareto_{name}.png")
         header = (f"Rendered by `{command_line()}` ({date.today()}) from the points made by `OMP_NUM_THREADS=1 python -m "
                   f"benchmarks.head_to_head --write` at {provenance(done)}.")
-        write_section(REPO / "docs" / "benchmarks.md", "head-to-head", report(done, header))
+        write_doc("head-to-head", report(done, header))
         return
     start = time.perf_counter()
     command = command_line(env=("OMP_NUM_THREADS", *HUGE_PAGES))  # before the defaults below are set
@@ -913,7 +913,7 @@ def main() -> None:
             if args.write:
                 save(done[name])
                 figure(done[name], FIGURES / f"pareto_{name}.png")
-                write_section(REPO / "docs" / "benchmarks.md", "head-to-head", report(done, header))
+                write_doc("head-to-head", report(done, header))
     print(report(done, ""))
     if failed:
         raise SystemExit("head_to_head: " + "; ".join(f"{n} failed ({type(e).__name__}: {e})" for n, e in failed.items())

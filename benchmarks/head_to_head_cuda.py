@@ -1,7 +1,7 @@
 """The head-to-head on a CUDA GPU: every method's real peak and step time at the paper's batch and size.
 
     python -m benchmarks.head_to_head_cuda            # print the tables (refuses without a CUDA GPU)
-    python -m benchmarks.head_to_head_cuda --write    # and docs/benchmarks.md, paper_figures/cuda_pareto_<net>.json
+    python -m benchmarks.head_to_head_cuda --write    # and docs/gpu.md, paper_figures/cuda_pareto_<net>.json
 
 :mod:`benchmarks.head_to_head` predicts peaks and times on the CPU from one captured joint graph; this
 runs the steps. Per network, on the GPU, each method trains the paper's network on random inputs at
@@ -47,7 +47,7 @@ from recompute.doors.measure import default_loss
 from benchmarks.partitions import SOLVERS
 
 from .common import (FRACTION, NON_NEGATIVE, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic,
-                     write_section)
+                     write_doc)
 from .head_to_head import BUDGETS, EAGER_BASELINES, NETWORKS, PLANNING, REMAT_WEIGHTS, Method, refined, rewritten
 
 FIGURES = REPO / "paper_figures"
@@ -259,9 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--remat", nargs="+", type=_weight, default=list(REMAT_WEIGHTS),
                         help="cheap-rematerialization weights of our points ('off': none)")
     parser.add_argument("--eager", action="store_true", help="only the eager methods and our executor's plans (no torch.compile)")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/cuda_pareto_<net>.json")
+    parser.add_argument("--write", action="store_true", help="update docs/gpu.md and paper_figures/cuda_pareto_<net>.json")
     args = parser.parse_args(argv)
-    device = require_cuda()
+    require_cuda()
     grid = Grid(tuple(args.budgets), tuple(args.solvers), args.ours, tuple(args.remat), not args.eager)
     made = made_by(head_commit(), f"torch {torch.__version__}", argv=argv)
     # a run of some networks keeps the others' points (each table names what measured it)
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.write:
             text = json.dumps([asdict(p) for p in done[name]], indent=1)
             write_atomic(FIGURES / f"cuda_pareto_{name}.json", lambda tmp: Path(tmp).write_text(text))
-            write_section(REPO / "docs" / "benchmarks.md", "cuda-head-to-head", report(done))
+            write_doc("cuda-head-to-head", report(done))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 sequence that fits a memory budget, under PyTorch's methods and ours (``fake`` backend).
 
     python -m benchmarks.llm            # print the tables
-    python -m benchmarks.llm --write    # and docs/benchmarks.md, paper_figures/llm_sequence.{json,png}
+    python -m benchmarks.llm --write    # and docs/models.md, paper_figures/llm_sequence.{json,png}
 
 Two Hugging Face models built from configs (random weights, nothing downloaded): GPT-2 (124 M
 parameters) at batch 8 and 1024 tokens, and a Llama-style model of 1.1 B parameters (22 layers,
@@ -40,7 +40,7 @@ import torch
 import recompute
 from benchmarks import partitions
 
-from .common import REPO, head_commit, made_by, markdown_table, write_atomic, write_section
+from .common import REPO, head_commit, made_by, markdown_table, write_atomic, write_doc
 
 GIB = 2**30
 ADAM = 8  # bytes a parameter of AdamW's two float32 moments
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=[m.name for m in MODELS], choices=[m.name for m in MODELS])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and paper_figures/llm_sequence.*")
+    parser.add_argument("--write", action="store_true", help="update docs/models.md and paper_figures/llm_sequence.*")
     args = parser.parse_args(argv)
     commit = head_commit()
     rows = [r for lm in MODELS if lm.name in args.models for r in run_model(lm, args.methods, BUDGETS, commit)]
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_atomic(FIGURES / "llm_sequence.json",
                      lambda tmp: Path(tmp).write_text(json.dumps([asdict(r) for r in rows], indent=1)))
         figure(rows, FIGURES / "llm_sequence.png")
-        write_section(REPO / "docs" / "benchmarks.md", "llm",
+        write_doc("llm",
                       f"{made_by(commit, 'fake backend; peaks with parameters and AdamW moments', argv=argv)}\n\n{text}\n\n"
                       "![longest sequence](../paper_figures/llm_sequence.png)")
 

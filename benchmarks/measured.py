@@ -2,7 +2,7 @@
 
     python -m benchmarks.measured                        # every network; print the tables
     python -m benchmarks.measured --write                # and paper_figures/measured.json, measured_<net>.png,
-                                                         # the table in docs/benchmarks.md
+                                                         # the table in docs/pytorch.md
     python -m benchmarks.measured --nets resnet50 gpt2   # some networks (the others' records are kept)
 
 Every method trains the same network, from the same weights, as a user runs it: eager PyTorch;
@@ -59,7 +59,7 @@ from recompute.doors.baselines import Unsupported
 from recompute.doors.exactness import judge, train_step
 from recompute.doors.measure import default_loss
 
-from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic, write_section
+from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic, write_doc
 
 FAST = 1.3  # PyTorch's points compared: those within this × eager's measured time
 BAR = 0.8  # ours' peak ÷ PyTorch's smallest within FAST: a win at or below
@@ -395,19 +395,32 @@ def save(points: Sequence[Point]) -> None:
     write_atomic(RECORDS, lambda tmp: Path(tmp).write_text(json.dumps([asdict(p) for p in points], indent=1)))
 
 
-def report(points: Sequence[Point], header: str) -> str:
-    """The docs section: what made it, the verdicts, then every network's table."""
-    by_net = {n: [p for p in points if p.network == n] for n in SIZES if any(p.network == n for p in points)}
-    verdicts = [verdict(ps) for ps in by_net.values()]
+def summary(points: Sequence[Point], header: str) -> str:
+    """What made the records, then the verdicts: ``paper_figures/measured.md``, which the README includes."""
+    by_net = [[p for p in points if p.network == n] for n in SIZES if any(p.network == n for p in points)]
+    verdicts = [verdict(ps) for ps in by_net]
     wins = sum(v.wins for v in verdicts)
-    parts = [header, "", f"Ours by default is at most {BAR}× PyTorch's smallest peak within {FAST}× eager's time, at "
-             f"no more than that point's time plus its spread, on **{wins} of {len(verdicts)}** networks.", "",
-             verdict_table(verdicts)]
-    for n, ps in by_net.items():
-        size = SIZES[n]
-        parts += ["", f"**{n}**, batch {size.batch}, {size.input_size} ({size.why}); {ps[0].device}, commit {ps[0].commit}:", "",
-                  table(ps), "", f"![{n}](../paper_figures/measured_{n}.png)"]
-    return "\n".join(parts)
+    return "\n".join([header, "", f"Ours by default is at most {BAR}× PyTorch's smallest peak within {FAST}× eager's "
+                      f"time, at no more than that point's time plus its spread, on **{wins} of {len(verdicts)}** "
+                      "networks.", "", verdict_table(verdicts), ""])
+
+
+def report(points: Sequence[Point], header: str) -> str:
+    """The docs section: :func:`summary`, then every network's table."""
+    parts = [summary(points, header)]
+    for n in SIZES:
+        ps = [p for p in points if p.network == n]
+        if ps:
+            size = SIZES[n]
+            parts += [f"**{n}**, batch {size.batch}, {size.input_size} ({size.why}); {ps[0].device}, commit "
+                      f"{ps[0].commit}:", "", table(ps), "", f"![{n}](../paper_figures/measured_{n}.png)", ""]
+    return "\n".join(parts).rstrip("\n")
+
+
+def write_report(points: Sequence[Point], header: str) -> None:
+    """docs/pytorch.md's section and ``paper_figures/measured.md``."""
+    write_doc("measured", report(points, header))
+    write_atomic(FIGURES / "measured.md", lambda tmp: Path(tmp).write_text(summary(points, header)))
 
 
 _LOCK: Any = None
@@ -435,9 +448,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="networks at once (the cores shared among them): one compiles while another is timed, "
                              "beside it")
     parser.add_argument("--write", action="store_true",
-                        help="update paper_figures/measured.json, measured_<net>.png and docs/benchmarks.md")
+                        help="update paper_figures/measured.json, measured_<net>.png and docs/pytorch.md")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: write docs/pytorch.md's section and the figures from the stored records")
     args = parser.parse_args(argv)
+    if args.render:
+        points = load()
+        for name in {p.network for p in points}:
+            figure([p for p in points if p.network == name], FIGURES / f"measured_{name}.png")
+        write_report(points, "Rendered " + made_by(head_commit(), "from the stored records, each network's naming "
+                                                    "its commit", argv=argv))
+        return
     commit = head_commit()
+    header = "Measured " + made_by(commit, f"networks {', '.join(args.nets)} made now; the others' records name their "
+                                   "commit", argv=argv)
     kept = [p for p in load() if p.network not in args.nets] if args.write else []
     context = multiprocessing.get_context("spawn")
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
@@ -450,11 +474,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 kept = [p for p in kept if p.network != name] + points
                 save(kept)
                 figure(points, FIGURES / f"measured_{name}.png")
-    shown = kept if args.write else []
-    if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "measured",
-                      report(shown, "Measured " + made_by(commit, f"networks {', '.join(args.nets)} made now; the others' "
-                                                         "records name their commit", argv=argv)))
+                write_report(kept, header)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Peak memory of every method on the seven paper networks at the paper's batch sizes (``fake`` backend).
 
     python -m benchmarks.memory                    # print the table
-    python -m benchmarks.memory --write            # and update docs/benchmarks.md
+    python -m benchmarks.memory --write            # and update docs/planners.md
     python -m benchmarks.memory --nets vgg19 resnet50 --methods approxdp_tc chen
 
 For each network × method: the measured peak of one training step (FakeTensor execution, exact at the
@@ -20,7 +20,7 @@ import recompute
 from experiments import nets
 from recompute.pricing.memory_model import MemoryModel
 
-from .common import REPO, head_commit, made_by, markdown_table, net_method_args, paper_table1, write_section
+from .common import head_commit, made_by, markdown_table, net_method_args, paper_table1, write_doc
 
 # label → (method, strategy, memory model): the DPs with the paper's eq. (2) and with the liveness model
 METHODS = {
@@ -87,7 +87,7 @@ def main() -> None:
     text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, run(args.nets, args.methods))}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "memory-table", text)
+        write_doc("memory-table", text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The Checkmate MILP beside every planner: overhead at the same simulated peak, bound and gap, solve time.
 
     python -m benchmarks.milp                               # print the tables (the paper's seven networks)
-    python -m benchmarks.milp --nets vgg19 unet --write     # and update docs/benchmarks.md
+    python -m benchmarks.milp --nets vgg19 unet --write     # and update docs/planners.md
     python -m benchmarks.milp --time-limit 30 --max-nodes 40 --budgets 3 --slow googlenet
 
 For each network at the paper's batch (``fake`` inputs; the traced step without the loss, as
@@ -29,7 +29,7 @@ from recompute.planners.registry import InfeasibleBudget
 from recompute.core.families import TooManyLowerSets
 from recompute.planners.milp import NoSolution
 
-from .common import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
+from .common import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, head_commit, made_by, markdown_table, write_doc
 
 GIB = 2**30
 DEFAULT_NETS = nets.names(paper_only=True)
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--max-nodes", type=POSITIVE_INT, default=40, help="coarsen larger graphs to this many nodes")
     parser.add_argument("--retries", type=NON_NEGATIVE_INT, default=2)
     parser.add_argument("--slow", nargs="*", default=[], help="networks on which exactdp is not solved for budgets")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/planners.md")
     args = parser.parse_args()
     options = {"time_limit": args.time_limit, "max_nodes": args.max_nodes, "retries": args.retries}
     commit = head_commit()
@@ -138,7 +138,7 @@ def main() -> None:
     text = f"{made_by(commit, settings)}\n\n{markdown_table(GRID, grid)}\n\n{markdown_table(PEAKS, peaks)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "milp-table", text)
+        write_doc("milp-table", text)
 
 
 if __name__ == "__main__":

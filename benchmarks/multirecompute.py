@@ -1,7 +1,7 @@
 """Plans that recompute more than once (Revolve, Chen's recursion, Beaumont's join DP) beside the best canonical plan.
 
     python -m benchmarks.multirecompute                 # print the table
-    python -m benchmarks.multirecompute --write         # and update docs/benchmarks.md
+    python -m benchmarks.multirecompute --write         # and update docs/planners.md
     python -m benchmarks.multirecompute --nets vgg19 --methods chen revolve
 
 Each network at its paper batch and input size, traced with its loss as the app traces it. Every plan
@@ -28,7 +28,7 @@ from experiments import nets
 from recompute.doors.measure import default_loss
 from recompute.pricing.memory_model import MemoryModel
 
-from .common import REPO, head_commit, made_by, markdown_table, net_method_args, write_section
+from .common import head_commit, made_by, markdown_table, net_method_args, write_doc
 
 LIVENESS = {"memory_model": MemoryModel.liveness}
 CANONICAL: dict[str, tuple[str, str | None, dict[str, Any]]] = {
@@ -132,7 +132,7 @@ def main() -> None:
     text = f"{made_by(commit)}\n\n{table(rows)}\n\n{verdicts(rows)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "multirecompute-table", text)
+        write_doc("multirecompute-table", text)
 
 
 if __name__ == "__main__":

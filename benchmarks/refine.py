@@ -1,7 +1,7 @@
 """Plans between the two strategies (``recompute.refine``) at the paper's size: peak against recomputation.
 
     python -m benchmarks.refine                  # DenseNet-161, batch 32, 224², limits 0.95 and 0.99 GiB
-    python -m benchmarks.refine --write          # and update docs/benchmarks.md
+    python -m benchmarks.refine --write          # and update docs/planners.md
 
 The network's step is traced on fake inputs and planned in the paper's costs (10 per convolution, 1
 otherwise) with the simulator's memory model. Each row is run as the executor runs it with both
@@ -22,7 +22,7 @@ from recompute.core.storage import state_bytes
 from recompute.doors.measure import default_loss
 from benchmarks.refining import finest, refine
 
-from .common import POSITIVE, REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE, head_commit, made_by, markdown_table, write_doc
 from recompute.rewrites.pipeline import with_rewrites
 
 GIB = 2**30
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", default="densenet161", choices=nets.names(paper_only=True))
     parser.add_argument("--limits", nargs="+", type=POSITIVE, default=[0.95, 0.99], help="GiB, parameters included")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/planners.md")
     args = parser.parse_args(argv)
     commit = head_commit()
     paper = nets.spec(args.net)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     text = f"{made_by(commit, shape, argv=argv)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "refine", text)
+        write_doc("refine", text)
 
 
 if __name__ == "__main__":

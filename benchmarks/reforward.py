@@ -1,7 +1,7 @@
 """Re-forwarding beside Chen's segmentation and the DPs on the seven networks of Kusumoto et al.
 
     python -m benchmarks.reforward                 # print the table
-    python -m benchmarks.reforward --write         # and update docs/benchmarks.md
+    python -m benchmarks.reforward --write         # and update docs/planners.md
     python -m benchmarks.reforward --nets vgg19 --methods chen reforward
 
 Each network at the paper's batch and input size; every plan is executed for one training step on the
@@ -22,7 +22,7 @@ import recompute
 from experiments import nets
 from recompute.pricing.memory_model import MemoryModel
 
-from .common import REPO, head_commit, made_by, markdown_table, net_method_args, write_section
+from .common import head_commit, made_by, markdown_table, net_method_args, write_doc
 
 LIVENESS = {"memory_model": MemoryModel.liveness}
 METHODS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
@@ -71,7 +71,7 @@ def main() -> None:
     text = f"{made_by(commit)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "reforward-table", text)
+        write_doc("reforward-table", text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Simulated vs measured peak of every planner's schedule on the seven paper networks.
 
     python -m benchmarks.simulator              # print the tables (``fake`` backend)
-    python -m benchmarks.simulator --write      # and update docs/benchmarks.md
+    python -m benchmarks.simulator --write      # and update docs/simulator.md
     python -m benchmarks.simulator --nets vgg19 --budgets 3
     python -m benchmarks.simulator --backend cuda --write   # on a CUDA GPU, the plans run for real
 
@@ -31,7 +31,7 @@ import recompute
 from experiments import nets
 from recompute.doors.measure import default_loss
 
-from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, head_commit, made_by, markdown_table, write_doc
 
 METHODS = [("vanilla", None), ("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"),
            ("exactdp", "tc"), ("exactdp", "mc")]
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slow", nargs="*", default=[], help="networks on which exactdp is not solved for budgets")
     parser.add_argument("--backend", default="fake", choices=("fake", "cuda"),
                         help="where the plans run: fake (paper scale on the CPU) or cuda (for real, on the GPU)")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/simulator.md")
     args = parser.parse_args(argv)
     if args.backend == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.write:
         marker = "simulator-table" if args.backend == "fake" else "simulator-cuda-table"
-        write_section(REPO / "docs" / "benchmarks.md", marker, text)
+        write_doc(marker, text)
 
 
 if __name__ == "__main__":

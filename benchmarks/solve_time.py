@@ -1,7 +1,7 @@
 """Solve time of every planner on the traced graphs of the seven paper networks (paper batch sizes).
 
     python -m benchmarks.solve_time            # print the table
-    python -m benchmarks.solve_time --write    # and update docs/benchmarks.md
+    python -m benchmarks.solve_time --write    # and update docs/planners.md
     python -m benchmarks.solve_time --app --write   # the app's records: one `python run.py` per cell
 
 Each time includes the smallest-budget search (``budget=None``) and is the best of ``--repeats`` runs
@@ -32,7 +32,7 @@ from experiments import nets
 from recompute.pricing.memory_model import PLANNING, MemoryModel
 from recompute.core.families import TooManyLowerSets, all_lower_sets
 
-from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_doc
 
 METHODS = [("chen", None), ("chen_greedy", None), ("approxdp", "tc"), ("approxdp", "mc"), ("exactdp", "tc"),
            ("exactdp", "mc")]
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--memory-model", default=MemoryModel.paper, choices=PLANNING, type=MemoryModel)
     parser.add_argument("--repeats", type=POSITIVE_INT, default=3)
     parser.add_argument("--app", action="store_true", help="the app's records (simulator, a fresh process per cell)")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/planners.md")
     args = parser.parse_args()
     commit = head_commit()
     if args.app:
@@ -104,7 +104,7 @@ def main() -> None:
     text = f"{made_by(commit)}\n\n{table}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", marker, text)
+        write_doc(marker, text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The time model against real CPU steps: predicted / measured step seconds, per network and plan.
 
     OMP_NUM_THREADS=1 python -m benchmarks.timemodel            # print the table
-    OMP_NUM_THREADS=1 python -m benchmarks.timemodel --write    # and update docs/benchmarks.md
+    OMP_NUM_THREADS=1 python -m benchmarks.timemodel --write    # and update docs/simulator.md
 
 For each of the paper's seven networks at a reduced size (:data:`benchmarks.cpu_time.SIZES`), the
 vanilla plan and three recomputing plans of different overhead run on our executor in one thread.
@@ -48,7 +48,7 @@ from recompute.doors.measure import default_loss
 from benchmarks.partitions import capture, torch_partition
 from recompute.capture.timing import OpCall, Recorder, TimeModel, module_calls, schedule_calls
 
-from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_section
+from .common import POSITIVE_INT, head_commit, made_by, markdown_table, write_doc
 from .cpu_time import SIZES
 
 # (label, method, strategy): no recomputation, then three plans of growing overhead
@@ -157,7 +157,7 @@ def main() -> None:
                         help="time every op alone, the core's cache flushed before each call (the model before 2026-12-06)")
     parser.add_argument("--batches", nargs="+", type=POSITIVE_INT, default=[1, 2],
                         help="multiples of each network's batch to run at")
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/simulator.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
     commit = head_commit()
@@ -171,7 +171,7 @@ def main() -> None:
     text = f"{made_by(commit, summary)}\n\n{markdown_table(HEADERS, rows)}"
     print(text)
     if args.write:
-        write_section(REPO / "docs" / "benchmarks.md", "time-model", text)
+        write_doc("time-model", text)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ A doc marks each inclusion with two comments; everything between them is the fil
     ...rewritten by `python -m experiments.docs`...
     <!-- end include -->
 
+or what a function of :data:`GENERATED` writes from the library itself (the planners' table, from the registry):
+
+    <!-- generated: methods -->
+    ...
+    <!-- end generated -->
+
     python -m experiments.docs            # rewrite DOCS (the notebook stage of scripts/paper_figures.sh does)
     python -m experiments.docs --check    # exit 1 naming each doc whose included parts are stale
 """
@@ -17,11 +23,32 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["DOCS", "MissingInclude", "render", "stale", "update"]
+from typing import Callable
+
+import recompute
+from recompute.planners.registry import spec
+
+__all__ = ["DOCS", "GENERATED", "MissingInclude", "method_table", "render", "stale", "update"]
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "paper_figures/README.md")
+DOCS = ("README.md", "paper_figures/README.md", "docs/planners.md")
 _BLOCK = re.compile(r"(<!-- include: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- end include -->)", re.S)
+_GENERATED = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def method_table() -> str:
+    """The planners as the registry states them: strategy, options with defaults, schedule, refusals."""
+    rows = ["| planner | strategy | options (default) | own schedule | doors it refuses |", "|---|---|---|---|---|"]
+    for name in recompute.methods():
+        s = spec(name)
+        options = ", ".join(f"`{k}={v!r}`" for k, v in s.defaults.items()) or "–"
+        refused = ", ".join(f"{d.value} ({why})" for d, why in s.refuses.items()) or "none"
+        rows.append(f"| `{name}` | {'tc / mc' if s.takes_strategy else '–'} | {options} | "
+                    f"{'yes' if s.emits_schedule else 'no'} | {refused} |")
+    return "\n".join(rows) + "\n"
+
+
+GENERATED: dict[str, Callable[[], str]] = {"methods": method_table}
 
 
 class MissingInclude(FileNotFoundError):
@@ -37,7 +64,12 @@ def render(text: str, root: Path = ROOT) -> str:
         content = path.read_text()
         return m.group(1) + content + ("" if content.endswith("\n") else "\n") + m.group(4)
 
-    return _BLOCK.sub(body, text)
+    def generated(m: re.Match[str]) -> str:
+        if m["name"] not in GENERATED:
+            raise KeyError(f"a doc asks for generated block {m['name']!r}; known: {', '.join(GENERATED)}")
+        return m.group(1) + GENERATED[m["name"]]() + m.group(4)
+
+    return _GENERATED.sub(generated, _BLOCK.sub(body, text))
 
 
 def stale(root: Path = ROOT, docs: tuple[str, ...] = DOCS) -> list[str]:

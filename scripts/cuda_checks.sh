@@ -7,7 +7,7 @@
 #   SIM_ARGS="--nets vgg19 --budgets 1" H2H_ARGS="--nets resnet50 --solvers dp" bash scripts/cuda_checks.sh
 #
 # Each stage runs under its own time limit (TESTS_S, SIM_S, H2H_S seconds) and a failed stage does not
-# stop the next. Logs go to $OUT (default: cuda_checks/); what the stages wrote (docs/benchmarks.md,
+# stop the next. Logs go to $OUT (default: cuda_checks/); what the stages wrote (docs/gpu.md,
 # paper_figures/cuda_pareto_*.json) to $OUT/artefacts.tar.gz. TEST_PATHS narrows the tests stage
 # (default: tests). Refuses at once without a CUDA GPU.
 set -uo pipefail
@@ -44,5 +44,5 @@ for s in $STAGES; do
         *) echo "unknown stage '$s' (allowed: tests simulator head_to_head)" >&2; exit 2 ;;
     esac
 done
-tar czf "$OUT/artefacts.tar.gz" docs/benchmarks.md paper_figures/cuda_pareto_*.json
+tar czf "$OUT/artefacts.tar.gz" docs/gpu.md paper_figures/cuda_pareto_*.json
 exit $status

@@ -191,12 +191,26 @@ def test_docs_include_the_committed_artefacts():
 def test_every_benchmark_table_in_the_docs_names_the_command_and_commit_that_made_it():
     # benchmarks.common.made_by writes both above each table; a table without them can be neither
     # re-made nor dated, and drifts from the code unseen (the solve times had: 0.2 s shown, 2.5 s run)
-    for doc in ("docs/benchmarks.md", "docs/graphs.md"):
-        sections = re.findall(r"<!-- ([\w-]+) -->\n(.*?)<!-- /\1 -->", (ROOT / doc).read_text(), re.S)
-        assert sections, f"{doc} has no benchmark tables"
-        for name, body in sections:
-            assert re.search(r"`(OMP_NUM_THREADS=\d+ )?python -m benchmarks\.\w+[^`]*`", body), f"{doc}: {name} names no command"
-            assert re.search(r"commit [0-9a-f]{7}", body), f"{doc}: {name} names no commit"
+    from benchmarks.common import DOC_PAGES
+    found = {}
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for name, body in re.findall(r"<!-- ([\w-]+) -->\n(.*?)<!-- /\1 -->", page.read_text(), re.S):
+            found[name] = page.name
+            assert re.search(r"`(OMP_NUM_THREADS=\d+ )?python -m benchmarks\.\w+[^`]*`", body), f"{page.name}: {name} names no command"
+            assert re.search(r"commit [0-9a-f]{7}", body), f"{page.name}: {name} names no commit"
+    # each benchmark writes where its section is: a page renamed or a section moved by hand is found here
+    written = {k: v for k, v in DOC_PAGES.items() if k in found}
+    assert written == {k: found[k] for k in written}
+    assert set(found) <= set(DOC_PAGES), f"sections no benchmark writes: {set(found) - set(DOC_PAGES)}"
+
+
+def test_the_docs_are_pages_a_reader_finishes():
+    # the README says what, how to run, the one call and where next; the reference pages one topic each
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    for page in (ROOT / "docs").glob("*.md"):
+        assert len(page.read_text().splitlines()) <= 600, f"{page.name}: split it by topic, history to CHANGELOG.md"
+    linked = set(re.findall(r"\(docs/([\w.]+\.md)\)", (ROOT / "README.md").read_text()))
+    assert linked == {p.name for p in (ROOT / "docs").glob("*.md")}, "the README's 'where next' names every page"
 
 
 def test_every_name_of_the_library_the_docs_cite_exists():

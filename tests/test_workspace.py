@@ -131,7 +131,7 @@ def test_a_trace_on_real_cpu_tensors_measures_workspaces_and_one_on_fake_tensors
 @pytest.mark.parametrize("name", ["vgg19", "unet", "resnet50"])
 def test_the_simulated_peak_with_workspaces_is_the_cuda_step_and_budgets_hold(name):
     # the caching allocator hands out more than the storages ask: each rounded up to 512 bytes, and a
-    # cached block reused whole where less than 1 MiB of it would remain (docs/benchmarks.md): up to
+    # cached block reused whole where less than 1 MiB of it would remain (docs/gpu.md): up to
     # 8.3 MiB over these steps on an H200. Without the workspaces U-Net's step measures 18% above.
     model, inputs = nets.build(name, batch_size=4, input_size=128 if name == "unet" else 64, seed=0)
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)

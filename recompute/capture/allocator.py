@@ -1,8 +1,8 @@
 """What PyTorch's allocator hands out: the meter behind measured peaks and the CPU's workspaces.
 
 A ``TorchDispatchMode`` sees the tensors ATen ops return; it does not see what an op allocates and
-frees inside itself (oneDNN's reorders and scratch inside a CPU convolution: 12 MiB around a 6 MiB
-output of ResNet-50's 3×3 convolution backward at batch 8, 56²), nor the buffers of code that
+frees inside itself (oneDNN's reorders and scratch inside a CPU convolution, about twice the output
+of a 3×3 convolution's backward), nor the buffers of code that
 inductor compiled. The allocator sees both. On CUDA its statistics are kept by the caching allocator
 (``torch.cuda.max_memory_allocated``); on the CPU, the profiler reports every allocation and free
 of PyTorch's CPU allocator as a memory event (``profile_memory=True``), and the running sum of those

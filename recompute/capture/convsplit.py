@@ -29,8 +29,8 @@ def split_convolution_backwards(gm: fx.GraphModule, where_input_dies: bool = Tru
     gradient as a transposed convolution of the output's gradient, which reads no input. The input is
     then freed once the first has run, so that it, the output's gradient and the input's gradient are
     never held at once (VGG-19 b64 224² and U-Net b8 572², whose smallest compiled plans peak at a
-    convolution's backward). The peak never rises; the time does: on this CPU the two ops take up to
-    1.24× the fused one on large maps. On the CPU they give the fused op's values bitwise (oneDNN's
+    convolution's backward). The peak never rises; the time does: the two ops are slower than the fused
+    one on large maps. On the CPU they give the fused op's values bitwise (oneDNN's
     backward-data kernel serves both; on a few shapes another kernel, within float32 rounding:
     U-Net's 64 → 2-channel head). ``where_input_dies=False`` splits every one (a joint graph, whose
     schedule is not made yet; the ops a split makes, to time them); ``only``: the names of the

@@ -14,10 +14,8 @@ ops before it left them, others long evicted, and its output on memory the alloc
 step of the program whose plans are priced) runs under :class:`StepTimer`, which times each ATen call it
 makes, and a key's cost is its mean call in a step (the median over a few steps). The ops a plan
 recomputes are forward ops of that step, so they are priced as the step runs them; keys the step does
-not run are timed alone. On this project's host (one thread, reduced sizes) ops timed alone with the
-core's cache flushed predicted the ResNets' steps at 0.86–0.92× of the measured time while DenseNet-161's
-came out at 0.97–1.05×; timed in the plain step, the 28 plans of the seven networks came out at
-0.97–1.06× (``benchmarks/timemodel.py``, the same hour).
+not run are timed alone. Ops timed alone with the core's cache flushed mispredict some networks'
+steps more than ops timed inside the plain step (``benchmarks/timemodel.py``, docs/simulator.md).
 
 At a size too large to measure op by op in reasonable time (the paper's batches on a CPU),
 :class:`BatchExtrapolation` measures the same ops at two small probe batches and extends each op's
@@ -170,9 +168,8 @@ class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
 
     ``device``: the device type the calls' tensors are written with (None: their own). A step run on
     ``meta`` tensors, recorded as ``"cpu"``, has the keys of the same ops traced on the CPU, so that
-    one timing prices both: timed apart, minutes apart on a shared host, DenseNet-161's plain eager
-    step and our executor's plan of nearly no recomputation came out at 0.88× and 1.29× of each other
-    in two head-to-head runs, against 1.01× priced by one quiet timing."""
+    one timing prices both: timed apart, minutes apart on a shared host, two steps of the same ops
+    came out tens of percent apart (CHANGELOG.md)."""
 
     def __init__(self, device: str | None = None) -> None:
         super().__init__()
@@ -354,12 +351,11 @@ class TimeModel:
             there. Twice the private (L2) cache evicts them without flushing the shared one.
         lock: held while measuring (None: none). Processes that time ops on one machine, each given
             the same lock, take turns, so that no op is timed while another process streams through
-            the shared cache and memory bus (on 2 cores that made ops up to 1.8× slower, unevenly).
+            the shared cache and memory bus (which makes ops slower, unevenly).
         enough: seconds of timed calls after which a key is not timed again, the warm-up call
             counted where it alone takes that long (``inf``: always ``repeats`` calls after it). A call
             of a tenth of a second varies by far less than a microsecond one, and timing it three
-            times was most of a paper-scale step's pricing on a CPU; a warm-up and one timed call
-            of U-Net's 572² ops were still 554 of its 638 s (at eaa6513).
+            times was most of a paper-scale step's pricing on a CPU.
         warm_enough: seconds a warm-up call must also take to be the timing. A first call pays the
             kernel's set-up, which a training step pays once: oneDNN builds a primitive for each new
             configuration, and VGG-19's first convolution's weight gradient alone at batch 2 (224²)

@@ -235,7 +235,7 @@ def trace(
     ``split_convolutions`` runs each convolution's backward as two ops, the weight's gradient and then
     the input's from the output's gradient alone (:func:`recompute.capture.convsplit.split_convolution_backwards`),
     so that a schedule can free the input, or recompute it later, in between: the same values on the
-    CPU (within float32 rounding on a few shapes), up to 1.24× the fused op's time on large maps. A
+    CPU (within float32 rounding on a few shapes), slower than the fused op on large maps. A
     collection of ``convolution_backward`` node names splits only those
     (:func:`recompute.rewrites.peak.needed_splits`: the ones a schedule's peak needs). ``workspaces``:
     measure what each op allocates and frees inside itself (:mod:`recompute.capture.workspace`), which the
@@ -324,8 +324,7 @@ def graph_of(joint: JointProgram, *, loss: bool = False, cost_model: str = "pape
     ``torch.compile`` backend (:mod:`recompute.doors.backend`) from the one AOTAutograd partitions.
     ``workspaces``: the device types on which to measure what each op allocates inside itself
     (:mod:`recompute.capture.workspace`), as the ops run one by one (eager, our executor); inductor's compiled
-    modules do not pay those (measured on an H200: a VGG-19 partition that holds 5.86 GiB op by op,
-    2.6 GiB of it a convolution's workspace, holds 3.46 GiB compiled)."""
+    modules do not pay those (docs/gpu.md)."""
     program = _condense(joint, loss=loss)
     program.workspace = step_workspace(joint.gm, workspaces)
     preds, mem, names, ops = _graph_lists(program)

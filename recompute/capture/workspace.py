@@ -2,8 +2,8 @@
 
 The simulator (:mod:`recompute.pricing.simulate`) counts tensor storages. The allocator also hands out what
 a kernel needs only while it runs. On a CUDA device: cuDNN's convolution workspaces, the
-accumulation buffers of some backward kernels, at the paper's sizes up to 1.9 GiB on one op
-(docs/benchmarks.md, "On a CUDA GPU"). On the CPU: oneDNN's reorders and scratch inside
+accumulation buffers of some backward kernels, at the paper's sizes gigabytes on one op
+(docs/gpu.md). On the CPU: oneDNN's reorders and scratch inside
 convolutions (a 3×3 convolution's backward allocates twice its output besides it), the temporaries
 of composite kernels. A plan that ignores them exceeds its budget; on the CPU our executor's steps that
 recompute measured 8-12% above their simulated peak without them, and equal with them.

@@ -381,8 +381,8 @@ def optimize(
     first reader and computes values the step holds across its peak again after it, through the
     ops that make them, while the peak falls (:func:`~recompute.rewrites.pipeline.with_peak_recompute`). ``split_convolutions``
     runs each convolution's backward as two ops, the weight's gradient first, so that its input can
-    be freed or recomputed before the input's gradient is made (:func:`recompute.trace`): with
-    ``recompute_at_peak``, VGG-19's step at batch 64, 224², from 3.37 to 3.18 GiB.
+    be freed or recomputed before the input's gradient is made (:func:`recompute.trace`); with
+    ``recompute_at_peak`` it reaches VGG-19's floor (docs/library.md).
 
     A method of :mod:`recompute.doors.baselines` (``torch_checkpoint_blocks``, ``torch_sac``, ...) returns a
     :class:`~recompute.doors.baselines.BaselineModule` instead: the model under PyTorch's own method, no

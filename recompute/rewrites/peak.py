@@ -6,8 +6,8 @@ makes a step's peak is often neither: a value of any kind that waits across the 
 reader, or a recomputation that runs long before its reader needs it. On VGG-19 (batch 64, 224²,
 split convolution backwards) the first block's 0.77-GiB ReLU outputs wait through a max-pool's
 backward: recomputing the first block's convolution of the 3-channel input twice more, right where
-the second convolution's weight gradient and the first ReLU's backward read it, takes the memory-centric
-DP's step run in place from 3.85 to 3.18 GiB for 36 cost units more than its 189. :func:`recompute_at_peak`
+the second convolution's weight gradient and the first ReLU's backward read it, lowers the memory-centric
+DP's step run in place at a few cost units more (docs/paper_scale.md). :func:`recompute_at_peak`
 works on the step's simulated memory curve, greedily, with two moves:
 
 * **sink** (:func:`sunk`): each recomputation of the backward phase runs right before its first

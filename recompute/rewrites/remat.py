@@ -31,8 +31,7 @@ backward is free (that is where it runs), so keeping it is chosen only where it 
 Inside the backward phase, :func:`recompute_late` shortens what a recomputed block holds: where the
 block recomputes its convolutions, each layer's cheap chain (concatenation, normalisation, ReLU) is
 read by the recomputed convolution and again, much later, by that layer's backward; it is computed a
-third time right before the later read instead of being held in between (DenseNet-161's smallest
-compiled plan: 1463 → 1034 MiB).
+third time right before the later read instead of being held in between (DenseNet-161: docs/library.md).
 """
 
 from __future__ import annotations
@@ -346,9 +345,7 @@ def late_where_needed(p: "Program", s: Schedule, min_gap: int = 8, written_in_pl
     sits elsewhere and needs other recomputations. The search is run judging the peaks of the
     schedules run in place, and as planned, and of the two (and ``s``) the one whose step in place
     holds least is kept, the fewer recomputations on a tie: neither search always finds the least
-    (that plan: 0.973 GiB as planned, 0.912 GiB judged in place; on three small dense blocks at batch
-    1, 32², the search as planned holds 3% less for the memory-centric plan and 2% more for the
-    time-centric one, ``tests/test_refine.py``). ``as_planned``: the search's result judged as
+    (``tests/test_refine.py`` has a network where each wins). ``as_planned``: the search's result judged as
     planned, where the caller has it (it is not searched again).
     """
     if as_planned is None:

@@ -32,7 +32,7 @@ over-prices where (1) a node's forward part dies whole after the last of its for
 the stage (storages of a multi-output op or of a coarse node read by different successors), (2) a
 kept part is held whole although only some of its storages are read later, (3) the prologue's
 values are held all step and a recomputed copy of BatchNorm statistics to the end of its node.
-How far, measured on the paper's networks and on random DAGs: ``docs/benchmarks.md``
+How far, measured on the paper's networks and on random DAGs: ``docs/planners.md``
 (MILP: the program's price against the simulator's).
 """
 
