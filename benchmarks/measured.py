@@ -223,6 +223,17 @@ def _step(runner: Runner, params: Sequence[torch.Tensor], inputs: tuple) -> None
         p.grad = None
 
 
+def _why(e: BaseException) -> str:
+    """A failure in one line: its type and, for a wrapped one (dynamo's BackendCompilerFailed: its first
+    line is only 'backend=... raised:'), the innermost cause's."""
+    root = e
+    while root.__cause__ is not None:
+        root = root.__cause__
+    lines = [line for line in str(root).splitlines() if line.strip()] or [""]
+    head = type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "")
+    return f"{head}: {lines[0][:300]}"
+
+
 def run_net(name: str, steps: int, methods: Sequence[Method] = METHODS, commit: str = "",
             progress: Callable[[str], None] = print, lock: Any = None) -> list[Point]:
     """Every method of ``methods`` on network ``name`` at its :data:`SIZES` (see the module docstring).
@@ -256,7 +267,7 @@ def run_net(name: str, steps: int, methods: Sequence[Method] = METHODS, commit: 
             for p in params:
                 p.grad = None
         except (Unsupported, NotImplementedError, RuntimeError, ValueError, TypeError) as e:
-            point.status = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            point.status = _why(e)
             progress(f"{name} {m.label}: not run ({point.status})")
             continue
         point.setup_seconds = time.perf_counter() - t0

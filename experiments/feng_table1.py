@@ -303,7 +303,17 @@ def markdown(df: pd.DataFrame) -> str:
     far = [f"{r['network']} ({kind} {r[f'{kind}_diff_points']:+.1f})" for r in records
            for kind in ("theoretical", "measured")
            if not pd.isna(r.get(f"{kind}_diff_points", np.nan)) and abs(r[f"{kind}_diff_points"]) > 10]
+    paper = [r for r in records if "@" not in r["network"]]
+
+    def within(kind: str, points: float) -> str:
+        near = [r for r in paper if not pd.isna(r.get(f"{kind}_diff_points", np.nan))
+                and abs(r[f"{kind}_diff_points"]) <= points]
+        return (f"{kind} within {points:g} points of the paper on {len(near)} of {len(paper)}"
+                + (f" ({', '.join(r['network'] for r in near)})" if near else ""))
+
     notes = [
+        "",
+        "Closeness: " + "; ".join([within("theoretical", 3), within("measured", 3), within("measured", 6)]) + ".",
         "",
         "Ratios are Re-forwarding / regular (lower is better). *theoretical*: eq. (1) of Algorithm 6 over "
         "Σ l(v) on their graph (a vertex per tensor, in-place ops merged); *input counted*: the same with the "

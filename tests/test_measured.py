@@ -94,3 +94,15 @@ def test_the_sizes_say_why_and_every_network_builds():
     assert {dataclasses.fields(measured.Point)[i].name for i in range(15)} >= {
         "network", "batch_size", "input_size", "method", "family", "default", "compiled", "peak", "peak_with_params",
         "seconds", "seconds_spread", "steps", "exact", "device", "commit"}
+
+
+def test_a_wrapped_failure_is_recorded_by_its_cause():
+    # dynamo's BackendCompilerFailed says only 'backend=... raised:' on its first line
+    try:
+        try:
+            raise ValueError("the cause\nand more")
+        except ValueError as inner:
+            raise RuntimeError("backend='x' raised:\n") from inner
+    except RuntimeError as e:
+        assert measured._why(e) == "RuntimeError from ValueError: the cause"
+    assert measured._why(TypeError("plain")) == "TypeError: plain"

@@ -321,3 +321,19 @@ def test_the_notebook_stage_re_renders_every_committed_artefact_byte_for_byte(tm
     assert made
     for name in made:
         assert (out / name).read_bytes() == (FIGURES / name).read_bytes(), f"paper_figures/{name} is stale"
+
+
+def _figure_sources() -> list[Path]:
+    return [p for ext in ("md", "csv", "json") for p in (ROOT / "paper_figures").glob(f"*.{ext}") if p.name != "README.md"]
+
+
+def test_every_number_in_the_figures_prose_is_a_value_of_the_records():
+    # sentences about a paper artefact are checked like its tables: a number no record rounds to is drift
+    assert docs.unbacked_numbers((ROOT / "paper_figures" / "README.md").read_text(), _figure_sources()) == []
+
+
+def test_a_sentence_edited_by_hand_is_found():
+    text = (ROOT / "paper_figures" / "README.md").read_text()
+    assert "VGG-16 holds 3136 MB" in text
+    edited = text.replace("VGG-16 holds 3136 MB", "VGG-16 holds 3332 MB")
+    assert [n.split(":")[0] for n in docs.unbacked_numbers(edited, _figure_sources())] == ["3332"]
