@@ -1,5 +1,5 @@
 """The join networks of Beaumont et al. (2020) in the zoo: they build, train one step with a scalar loss,
-trace with ``recompute.trace`` and map onto joins of the right shape (recompute/multirecompute/graphmap)."""
+trace with ``recompute.trace`` and map onto joins of the right shape (recompute/planners/pebble/graphmap.py)."""
 
 from __future__ import annotations
 

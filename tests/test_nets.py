@@ -1,4 +1,4 @@
-"""Tests for the network zoo (recompute/nets.py): every net trains one step at a tiny size,
+"""Tests for the network zoo (experiments/nets.py): every net trains one step at a tiny size,
 defaults follow Kusumoto et al. (2019) Table 1, and the registry behaves."""
 
 from __future__ import annotations

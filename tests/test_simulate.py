@@ -16,6 +16,7 @@ from recompute.core.fxnodes import is_random
 from recompute.doors.measure import default_loss, measure
 from recompute.pricing.schedule import canonical
 from recompute.pricing.simulate import simulate
+from recompute.planners.registry import spec
 
 from .models import RandomDAGNet
 from .test_execute import random_sequence
@@ -110,7 +111,7 @@ def test_schedule_runs_every_op_once_and_recomputes_the_plan():
 
 def test_planners_declare_their_options():
     g = recompute.Graph.from_edges([(0, 1), (1, 2)], [4, 4, 4], [1, 1, 1])
-    assert "memory_model" in recompute.planners.registry.__globals__["spec"]("approxdp").options
+    assert "memory_model" in spec("approxdp").options
     with pytest.raises(TypeError, match="has no option 'memroy_model'.*memory_model"):
         recompute.plan(g, "approxdp", memroy_model="paper")
     with pytest.raises(TypeError, match="'chen' has no option"):
