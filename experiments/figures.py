@@ -28,7 +28,7 @@ from .config import GIB
 from .max_batch import PAPER_DEVICE_GB, max_batch_from_records
 
 __all__ = [
-    "TABLE1_METHODS", "EXACT_OF", "MC_OF", "multi_recompute", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
+    "TABLE1_METHODS", "OURS_ONLY", "EXACT_OF", "MC_OF", "multi_recompute", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
     "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "write_table1", "max_batch_table", "max_batch_markdown",
     "figure4_records", "figure4", "execute_notebook", "DP_METHODS", "MEMORY_MODELS", "FLAG_POINTS", "TABLE1_COLUMNS",
     "flagged", "provenance", "write_max_batch", "figure4_ordering", "figure4_markdown",
@@ -42,12 +42,15 @@ MEMORY_MODELS = (MemoryModel.paper, MemoryModel.simulator)  # the paper's eq. (2
 FLAG_POINTS = 10.0  # a cell this many points of reduction from the paper's is explained (experiments.explain)
 TABLE1_COLUMNS = ["network", "method", "memory_model", "batch_size", "status", "peak_gb", "reduction", "paper_peak_gb",
                   "paper_reduction", "diff_points", "num_nodes", "paper_num_nodes", "k", "solve_seconds",
-                  "predicted_peak_gb", "predicted_over_measured", "backend", "planner", "slots", "git_commit"]
+                  "predicted_peak_gb", "predicted_over_measured", "recomputed_forwards", "backend", "planner", "slots",
+                  "git_commit"]
 BEST_MULTI = "multirecompute"  # Table 1's extra row per network: the smallest measured peak of a multi-recompute planner
+OURS_ONLY = ["chen_greedy"]  # Table 1 columns the paper did not print: Chen et al.'s own budget search (their Alg. 3)
 FIGURE4_METHODS = ["vanilla", "chen", "approxdp_tc", "approxdp_mc"]
 METHOD_LABELS = {
     "approxdp_mc": "ApproxDP + MC", "approxdp_tc": "ApproxDP + TC", "exactdp_mc": "ExactDP + MC",
     "exactdp_tc": "ExactDP + TC", "chen": "Chen's", "vanilla": "Vanilla", BEST_MULTI: "Best multi-recompute",
+    "chen_greedy": "Chen's budget search (Alg. 3)",
 }
 # Figure 4's colours: vanilla blue, ApproxDP+TC red, ApproxDP+MC orange, Chen green
 COLORS = {"vanilla": "tab:blue", "approxdp_tc": "tab:red", "approxdp_mc": "tab:orange", "chen": "tab:green"}
@@ -125,13 +128,14 @@ def _table1_one(df: pd.DataFrame, paper: pd.DataFrame, backend: str, memory_mode
         ours = ours.sort_values("timestamp").drop_duplicates(["net", "method"], keep="last")
         ours = ours.rename(columns={"net": "network"})
     cols = ["network", "method", "batch_size", "status", "measured_peak_bytes", "reduction", "num_nodes",
-            "solve_seconds", "predicted_total_bytes", "planner", "slots", "k", "git_commit"]
+            "solve_seconds", "predicted_total_bytes", "overhead_fraction", "planner", "slots", "k", "git_commit"]
     ours = ours.reindex(columns=cols)
     multi = ours["planner"].map(multi_recompute).astype(bool)
     best = ours[multi & (ours["status"] == "ok")].sort_values("measured_peak_bytes").drop_duplicates("network")
     ours = pd.concat([ours[~multi], best.assign(method=BEST_MULTI)])
-    paper = pd.concat([paper, paper.drop_duplicates("network").assign(
-        method=BEST_MULTI, paper_peak_gb=float("nan"), paper_reduction=float("nan"))])
+    firsts = paper.drop_duplicates("network")
+    paper = pd.concat([paper, *(firsts.assign(method=m, paper_peak_gb=float("nan"), paper_reduction=float("nan"))
+                                for m in [*OURS_ONLY, BEST_MULTI])])
     t = paper.merge(ours, on=["network", "method"], how="left")
     t["memory_model"] = t["method"].map(lambda m: memory_model if m in DP_METHODS else None)
     return t
@@ -146,9 +150,11 @@ def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake",
     Columns: network, method, memory_model, batch_size, status, peak_gb, reduction (fraction vs our
     vanilla), paper_peak_gb, paper_reduction (as printed), diff_points (ours − paper, percentage points of
     reduction), num_nodes, paper_num_nodes, k, solve_seconds, predicted_peak_gb, predicted_over_measured,
-    backend, planner, slots, git_commit (of the record). A cell without a record keeps its paper numbers
-    and ``status`` = missing. Each network's :data:`BEST_MULTI` row (no paper numbers) is its successful
-    record of a :func:`multi_recompute` planner with the smallest measured peak, ``planner`` and ``slots`` saying which.
+    recomputed_forwards (the plan's modelled recomputation, in forward passes: overhead ÷ T(V) under the
+    paper's cost model), backend, planner, slots, git_commit (of the record). A cell without a record keeps
+    its paper numbers and ``status`` = missing. The :data:`OURS_ONLY` rows carry no paper numbers; each
+    network's :data:`BEST_MULTI` row (none either) is its successful record of a :func:`multi_recompute`
+    planner with the smallest measured peak, ``planner`` and ``slots`` saying which.
     """
     models = list(memory_models)
     parts = [_table1_one(df, paper, backend, m) for m in models]
@@ -158,11 +164,12 @@ def table1(df: pd.DataFrame, paper: pd.DataFrame, backend: str = "fake",
     t["peak_gb"] = t["measured_peak_bytes"] / GIB
     t["predicted_peak_gb"] = t["predicted_total_bytes"] / GIB
     t["predicted_over_measured"] = t["predicted_total_bytes"] / t["measured_peak_bytes"]
+    t["recomputed_forwards"] = t["overhead_fraction"]
     t["diff_points"] = 100 * (t["reduction"] - t["paper_reduction"])
     t["backend"] = backend
     t["_model"] = pd.Categorical(t["memory_model"].fillna(""), ["", *models])
     t["network"] = pd.Categorical(t["network"], nets.names(paper_only=True))
-    t["method"] = pd.Categorical(t["method"], [*TABLE1_METHODS, BEST_MULTI])
+    t["method"] = pd.Categorical(t["method"], [*TABLE1_METHODS, *OURS_ONLY, BEST_MULTI])
     t = t.sort_values(["network", "method", "_model"])
     return t[TABLE1_COLUMNS].astype({"network": str, "method": str}).reset_index(drop=True)
 
@@ -178,31 +185,41 @@ def provenance(records: pd.DataFrame) -> str:
     return f"records at commit {', '.join(commits)}" if commits else "no records"
 
 
-def _gb(gb: float | None, red: float | None) -> str:
+def _gb(gb: float | None, red: float | None, forwards: float | None = None) -> str:
+    """A Table 1 cell: GB, the reduction vs vanilla, and (ours) the forwards recomputed to get it."""
     if gb is None or pd.isna(gb):
         return "–"
-    return f"{gb:.1f} GB" if red is None or pd.isna(red) or abs(red) < 5e-4 else f"{gb:.1f} GB ({-100 * red:+.0f}%)"
+    notes = [] if red is None or pd.isna(red) or abs(red) < 5e-4 else [f"{-100 * red:+.0f}%"]
+    if forwards is not None and not pd.isna(forwards) and forwards > 0:
+        notes.append(f"+{forwards:.2f} F")
+    return f"{gb:.1f} GB" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def table1_markdown(t: pd.DataFrame) -> str:
     """The paper's layout (networks × methods), one row per network and DP memory model, each cell
-    "ours / paper"; vanilla, Chen's and our best multi-recompute plan (planner, slot count c) use no
-    memory model and repeat on both rows; then #V, batch and solve times."""
+    "ours / paper", ours with the forwards it recomputes (``+x F``); vanilla, Chen's, Chen's budget search
+    and our best multi-recompute plan (planner, slot count c) use no memory model and repeat on both rows;
+    then #V, batch and solve times."""
     lines = [
         "| Network | DP memory model | batch | #V ours / paper | " + " | ".join(METHOD_LABELS[m] for m in TABLE1_METHODS)
-        + f" | {METHOD_LABELS[BEST_MULTI]} (ours) | solve s (ApproxDP MC / ExactDP MC) |",
-        "|---|---|---|---|" + "---|" * len(TABLE1_METHODS) + "---|---|",
+        + " | " + " | ".join(f"{METHOD_LABELS[m]} (ours)" for m in [*OURS_ONLY, BEST_MULTI])
+        + " | solve s (ApproxDP MC / ExactDP MC) |",
+        "|---|---|---|---|" + "---|" * (len(TABLE1_METHODS) + len(OURS_ONLY)) + "---|---|",
     ]
     for net, g in t.groupby("network", sort=False):
         shared = g[g["memory_model"].isna()].set_index("method")
         for model, dp in g.dropna(subset=["memory_model"]).groupby("memory_model", sort=False):
             cells_of = pd.concat([dp.set_index("method"), shared])
-            cells = [f"{_gb(cells_of.at[m, 'peak_gb'], cells_of.at[m, 'reduction'])} / "
-                     f"{_gb(cells_of.at[m, 'paper_peak_gb'], cells_of.at[m, 'paper_reduction'])}" for m in TABLE1_METHODS]
+
+            def ours(m: str) -> str:
+                return _gb(cells_of.at[m, "peak_gb"], cells_of.at[m, "reduction"], cells_of.at[m, "recomputed_forwards"])
+
+            cells = [f"{ours(m)} / {_gb(cells_of.at[m, 'paper_peak_gb'], cells_of.at[m, 'paper_reduction'])}"
+                     for m in TABLE1_METHODS]
+            cells += [ours(m) for m in OURS_ONLY]
             multi = cells_of.loc[BEST_MULTI] if BEST_MULTI in cells_of.index else None
             found = multi is not None and not pd.isna(multi["peak_gb"])
-            cells.append(f"{_gb(multi['peak_gb'], multi['reduction'])} ({multi['planner']}, c = {int(multi['slots'])})"
-                         if found else "–")
+            cells.append(f"{ours(BEST_MULTI)} ({multi['planner']}, c = {int(multi['slots'])})" if found else "–")
             nodes = cells_of["num_nodes"].dropna()
             solve = [cells_of.at[m, "solve_seconds"] for m in ("approxdp_mc", "exactdp_mc")]
             lines.append(
@@ -221,7 +238,8 @@ def write_table1(df: pd.DataFrame, out: str | Path, backend: str = "fake") -> pd
     t.to_csv(out / "table1.csv", index=False, float_format="%.4f")
     (out / "table1.md").write_text(
         f"Table 1 — peak memory incl. parameters, ours ({backend} backend) / Kusumoto et al. (2019), "
-        "the paper's percentages as printed; (−x%) = reduction vs vanilla. The DP planners with the paper's "
+        "the paper's percentages as printed; (−x%) = reduction vs vanilla; +x F = the forward passes our plan "
+        "recomputes (its modelled overhead ÷ T(V), the paper's cost model). The DP planners with the paper's "
         "eq. (2) (`paper`) and with the exact simulated peak (`simulator`, the library's default). "
         f"{len(flagged(t))} cells differ from the paper by more than {FLAG_POINTS:g} points. "
         f"{provenance(t)} by `bash scripts/paper_figures.sh` (stage table1), rendered by "
