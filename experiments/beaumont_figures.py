@@ -1,12 +1,13 @@
-"""Beaumont et al. (2020) Fig. 7 and Fig. 9 by simulation (uf = ub = ut = 1), from the join DP.
+"""Beaumont et al. (2020) Fig. 7, 8 and 9 by simulation (uf = ub = ut = 1), from the join DP.
 
     python -m experiments.beaumont_figures            # print the numbers and the paper's claims
-    python -m experiments.beaumont_figures --write    # also write paper_figures/beaumont_fig{7,9}.{csv,png}
+    python -m experiments.beaumont_figures --write    # also write paper_figures/beaumont_fig{7,8,9}.{csv,png}
                                                       # and beaumont_figures.json (commit and command)
     python -m experiments.beaumont_figures --render   # only the PNGs, from the CSVs
 
 Fig. 7: makespan / optimal makespan against slots / C_opt for SNN (2L, 2L, 2L), CM (L, 5L) and a chain
 of 6L (RNN), at L = 5 and 15, from c_min to C_opt. All three share the optimal makespan 12L + 1.
+Fig. 8: the dual, makespan / (12L + 1) against L for the same three models with c = 9 and 13 slots.
 Fig. 9: makespan of Equiv-Chain / optimal on SNN graphs (2L, 2L, 2L) with 9, 12 and 15 slots, against
 the graph's length 2L + 1.
 """
@@ -27,6 +28,8 @@ from .runner import git_commit
 
 OUT = Path(__file__).resolve().parents[1] / "paper_figures"
 FIG7_L = (5, 15)
+FIG8_L = tuple(range(1, 21))
+FIG8_SLOTS = (9, 13)
 FIG9_L = tuple(range(1, 21))
 FIG9_SLOTS = (9, 12, 15)
 COMMAND = "python -m experiments.beaumont_figures --write"
@@ -50,6 +53,21 @@ def figure7() -> pd.DataFrame:
             for c in range(c_min(ls), top + 1):
                 rows.append(dict(L=L, model=name, lengths=str(ls), slots=c, c_opt=top, mem_ratio=c / top,
                                  makespan=ms[c], opt_makespan=best, ratio=ms[c] / best))
+    return pd.DataFrame(rows)
+
+
+def figure8() -> pd.DataFrame:
+    """One row per (slots, model, L) where the model runs in ``slots`` (c ≥ c_min): makespan / (12L + 1)."""
+    rows = []
+    for name, shape in MODELS.items():
+        big = shape(max(FIG8_L))
+        for c in FIG8_SLOTS:
+            for L in FIG8_L:
+                ls = shape(L)
+                if c < c_min(ls):
+                    continue
+                ms = _opt(ls, max(FIG8_SLOTS), big)[c]
+                rows.append(dict(slots=c, model=name, L=L, makespan=ms, opt_makespan=12 * L + 1, ratio=ms / (12 * L + 1)))
     return pd.DataFrame(rows)
 
 
@@ -110,6 +128,21 @@ def plot7(df7: pd.DataFrame, path: Path, stamp: str) -> None:
     _save(fig, path, stamp)
 
 
+def plot8(df8: pd.DataFrame, path: Path, stamp: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(FIG8_SLOTS), figsize=(11, 4.2), sharey=True)
+    for ax, c in zip(axes, FIG8_SLOTS):
+        for (name, d), mark in zip(df8[df8.slots == c].groupby("model", sort=False), "os^"):
+            ax.plot(d.L, d.ratio, marker=mark, ms=3.5, lw=1.2, label=name)
+        ax.set(title=f"({'ab'[FIG8_SLOTS.index(c)]}) c = {c} slots", xlabel="L")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("makespan / optimal makespan (12L + 1)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Beaumont et al. (2020) Fig. 8 by simulation: optimal join DP at fixed memory, uf = ub = ut = 1")
+    _save(fig, path, stamp)
+
+
 def plot9(df9: pd.DataFrame, path: Path, stamp: str) -> None:
     import matplotlib.pyplot as plt
 
@@ -124,11 +157,12 @@ def plot9(df9: pd.DataFrame, path: Path, stamp: str) -> None:
 
 
 def render(out: Path = OUT) -> None:
-    """``beaumont_fig{7,9}.png`` from the CSVs that ``--write`` wrote (nothing recomputed), each
+    """``beaumont_fig{7,8,9}.png`` from the CSVs that ``--write`` wrote (nothing recomputed), each
     stamped with the commit and command of ``beaumont_figures.json``."""
     made = json.loads((out / "beaumont_figures.json").read_text())
     stamp = f"data at commit {(made['git_commit'] or 'unknown')[:7]}: {made['command']}"
     plot7(pd.read_csv(out / "beaumont_fig7.csv"), out / "beaumont_fig7.png", stamp)
+    plot8(pd.read_csv(out / "beaumont_fig8.csv"), out / "beaumont_fig8.png", stamp)
     plot9(pd.read_csv(out / "beaumont_fig9.csv"), out / "beaumont_fig9.png", stamp)
 
 
@@ -142,19 +176,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         render(args.out)
         return
-    df7, df9 = figure7(), figure9()
+    df7, df8, df9 = figure7(), figure8(), figure9()
     with pd.option_context("display.width", 120, "display.precision", 3):
         print("Fig. 7 claim check (makespan ratio):")
         print(halving(df7).to_string(index=False))
+        print("\nFig. 8 (makespan ratio at fixed slots) at the longest graphs:")
+        print(df8[df8.L == max(FIG8_L)].to_string(index=False))
         print("\nFig. 9 (Equiv-Chain / optimal) at the longest graphs:")
         print(df9[df9.L >= max(FIG9_L) - 2].to_string(index=False))
     if args.write:
         args.out.mkdir(parents=True, exist_ok=True)
         df7.to_csv(args.out / "beaumont_fig7.csv", index=False, float_format="%.6g")
+        df8.to_csv(args.out / "beaumont_fig8.csv", index=False, float_format="%.6g")
         df9.to_csv(args.out / "beaumont_fig9.csv", index=False, float_format="%.6g")
         (args.out / "beaumont_figures.json").write_text(json.dumps({"git_commit": git_commit(), "command": COMMAND}) + "\n")
         render(args.out)
-        print(f"\nwrote {args.out}/beaumont_fig{{7,9}}.{{csv,png}} and beaumont_figures.json")
+        print(f"\nwrote {args.out}/beaumont_fig{{7,8,9}}.{{csv,png}} and beaumont_figures.json")
 
 
 if __name__ == "__main__":

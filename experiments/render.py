@@ -70,7 +70,7 @@ def from_json(src: Path, out: Path) -> list[str]:
             mod.render(mod.load(src / f"{name}.json"), out / name)
         else:
             missing.append(f"{name}.json")
-    csvs = ("beaumont_fig7.csv", "beaumont_fig9.csv", "beaumont_figures.json")  # the data and what made it
+    csvs = ("beaumont_fig7.csv", "beaumont_fig8.csv", "beaumont_fig9.csv", "beaumont_figures.json")  # the data and what made it
     if all((src / c).exists() for c in csvs):
         for c in csvs if src.resolve() != out.resolve() else ():
             (out / c).write_bytes((src / c).read_bytes())

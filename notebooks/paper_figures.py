@@ -17,7 +17,7 @@
 # The notebook stage of `bash scripts/paper_figures.sh` (`STAGES=notebook` alone re-renders everything from the
 # records shipped in `paper_figures/records/` and the stages' JSON, nothing measured). It only *reads*: the
 # results store (local, or W&B) and `paper_figures/{chen2016_depth,feng2018_table1}.json`,
-# `beaumont_fig{7,9}.csv`, `beaumont_figures.json`; it writes every artefact of `paper_figures/` and rewrites the tables included in
+# `beaumont_fig{7,8,9}.csv`, `beaumont_figures.json`; it writes every artefact of `paper_figures/` and rewrites the tables included in
 # `README.md` and `paper_figures/README.md` (`experiments.docs`). The computations live in `experiments/render.py`.
 #
 # Parameters come from the environment, so that a headless run (the script, the tests) can point it elsewhere:

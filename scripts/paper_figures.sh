@@ -5,7 +5,7 @@
 #   max_batch  largest batch under DEVICE_GB GiB (default the paper's 11.4) per net × Figure 4 method, fake backend;
 #   chen       Chen et al. (2016): activation peak against ResNet depth, fake backend -> paper_figures/chen2016_depth.json;
 #   feng       Feng & Huang (2018) Table 1 (Re-forwarding, fake backend) -> paper_figures/feng2018_table1.json;
-#   beaumont   Beaumont et al. (2020) Fig. 7 and 9 by simulation (join DP, ~10 s) -> paper_figures/beaumont_fig{7,9}.csv;
+#   beaumont   Beaumont et al. (2020) Fig. 7, 8 and 9 by simulation (join DP, ~10 s) -> paper_figures/beaumont_fig{7,8,9}.csv;
 #   figure4    Figure 4 timings: forward+backward steps over a batch grid, one job at a time so that timings do not
 #              share the cores; on the CPU at a reduced input size, or with DEVICE=cuda on the GPU at the paper's;
 #   notebook   notebooks/paper_figures.py executed headless: every artefact rendered from the store and the JSON
@@ -80,7 +80,7 @@ if stage feng; then
   clock "$PY" -m experiments.feng_table1 --write
 fi
 if stage beaumont; then
-  echo "== Beaumont et al. (2020) Fig. 7 and Fig. 9 by simulation -> paper_figures/beaumont_fig{7,9}.csv"
+  echo "== Beaumont et al. (2020) Fig. 7, 8 and 9 by simulation -> paper_figures/beaumont_fig{7,8,9}.csv"
   clock "$PY" -m experiments.beaumont_figures --write
 fi
 if stage figure4; then
