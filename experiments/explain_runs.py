@@ -38,6 +38,7 @@ import torch.nn as nn
 from experiments import nets
 
 from .config import GIB
+from .feng_table1 import densenet_2018
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,23 +47,6 @@ METHODS = {  # Table 1's columns: planner, strategy
     "vanilla": ("vanilla", None), "chen": ("chen", None), "approxdp_mc": ("approxdp", "mc"),
     "approxdp_tc": ("approxdp", "tc"), "exactdp_mc": ("exactdp", "mc"), "exactdp_tc": ("exactdp", "tc"),
 }
-
-
-class _Dense2018(nn.Module):
-    """A dense block as torchvision built it before 2019: layer by layer, ``x = cat([x, layer(x)])``.
-
-    Holds today's ``_DenseLayer`` modules (same parameters) and runs each one's BN-ReLU-conv-BN-ReLU-conv
-    on the running concatenation, so the block is a chain with a cut after every layer."""
-
-    def __init__(self, layers: list[nn.Module]) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            new = layer.conv2(layer.relu2(layer.norm2(layer.conv1(layer.relu1(layer.norm1(x))))))
-            x = torch.cat([x, new], 1)
-        return x
 
 
 def vgg19_relu_copy() -> nn.Module:
@@ -75,12 +59,9 @@ def vgg19_relu_copy() -> nn.Module:
 
 
 def densenet161_2018() -> nn.Module:
-    """torchvision's DenseNet-161 with every dense block in the 2018 layout (:class:`_Dense2018`)."""
-    model, _ = nets.build("densenet161", batch_size=1, seed=0)
-    for name, block in list(model.features.named_children()):
-        if name.startswith("denseblock"):
-            setattr(model.features, name, _Dense2018(list(block.values())))
-    return model
+    """torchvision's DenseNet-161 with every dense block in the 2018 layout
+    (:func:`experiments.feng_table1.densenet_2018`: each layer concatenates onto its input)."""
+    return densenet_2018(nets.build("densenet161", batch_size=1, seed=0)[0])
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ Every network of their Table 1 (torchvision, random weights) at their batch size
 * **measured** — the ``reforward`` plan of their graph, lifted onto our traced graph (:func:`lift`),
   executed on the ``fake`` backend, memory taken as the paper took it: the peak at batch 2B minus the
   peak at batch B (parameters and their gradients cancel), over the same difference for plain
-  training; beside it the same for the ``reforward`` plan of the traced graph.
+  training; beside it the same for the ``reforward`` plan of the traced graph, and for Chen et al.'s √n
+  segmentation (``chen``, cut at the traced graph's articulation points), their table's "Chen [8]" column.
 
 Rows named ``…@2018`` are evidence for the differences, not part of their table: the same network
 with a structure as torchvision built it in 2018 (see :data:`VARIANTS`).
@@ -46,7 +47,7 @@ from torch.utils._pytree import tree_flatten
 import recompute
 from recompute.core.graph import Graph
 
-__all__ = ["REFERENCE", "VARIANTS", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "load", "render"]
+__all__ = ["REFERENCE", "VARIANTS", "densenet_2018", "dense_block_2018", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "load", "render"]
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).resolve().parent / "reference" / "feng2018_table1.csv"
@@ -150,7 +151,7 @@ def lift(g: Graph, plan: recompute.Plan, members: list[list[int]]) -> recompute.
 # Networks
 
 
-def _dense_block_2018(block: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
+def dense_block_2018(block: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
     """A DenseNet block as torchvision 0.2 (2018) ran it: each layer maps the running concatenation
     to ``growth_rate`` new maps, which are concatenated onto it, so every concatenation is the next
     layer's only input. Today's torchvision concatenates all earlier outputs afresh in every layer."""
@@ -160,18 +161,20 @@ def _dense_block_2018(block: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _densenet_2018(model: nn.Module) -> nn.Module:
+def densenet_2018(model: nn.Module) -> nn.Module:
+    """``model`` (a torchvision DenseNet) with every dense block run as in 2018 (:func:`dense_block_2018`):
+    the same modules and parameters, and the same outputs."""
     from torchvision.models.densenet import _DenseBlock
 
     for block in model.modules():
         if isinstance(block, _DenseBlock):
-            block.forward = functools.partial(_dense_block_2018, block)
+            block.forward = functools.partial(dense_block_2018, block)
     return model
 
 
 VARIANTS: dict[str, tuple[str, Callable[[nn.Module], nn.Module]]] = {
-    "densenet121@2018": ("densenet121", _densenet_2018),
-    "densenet201@2018": ("densenet201", _densenet_2018),
+    "densenet121@2018": ("densenet121", densenet_2018),
+    "densenet201@2018": ("densenet201", densenet_2018),
 }
 
 
@@ -220,9 +223,10 @@ def _theoretical(g: Graph, image: int) -> dict[str, Any]:
 
 def _peaks(model: nn.Module, inputs: tuple[torch.Tensor], g: Graph) -> dict[str, int]:
     """Peaks on ``fake`` of plain training, of the ``reforward`` plan of their graph (lifted onto the
-    traced one) and of the ``reforward`` plan of the traced graph."""
+    traced one), of the ``reforward`` plan of the traced graph and of Chen's √n segmentation."""
     tg, members = tensor_graph(g)
-    plans = {"theirs": lift(g, recompute.plan(tg, "reforward"), members), "traced": recompute.plan(g, "reforward")}
+    plans = {"theirs": lift(g, recompute.plan(tg, "reforward"), members), "traced": recompute.plan(g, "reforward"),
+             "chen": recompute.plan(g, "chen")}
     out = {"vanilla": recompute.measure(model, inputs, backend="fake").peak_bytes}
     for key, plan in plans.items():
         out[key] = recompute.measure(model, inputs, runner=recompute.execute(g, plan), backend="fake").peak_bytes
@@ -250,9 +254,11 @@ def table_row(name: str, paper: dict[str, dict[str, float]], measure: bool = Tru
     if measure:
         diff = {key: peaks[1][key] - peaks[0][key] for key in peaks[0]}
         row.update(measured_ratio=diff["theirs"] / diff["vanilla"], traced_measured_ratio=diff["traced"] / diff["vanilla"],
-                   vanilla_mb=diff["vanilla"] / MB, reforward_mb=diff["theirs"] / MB,
-                   paper_regular_mb=ref.get("regular_mb"), paper_reforwarding_mb=ref.get("reforwarding_mb"))
-    for kind in ("theoretical", "measured"):
+                   chen_ratio=diff["chen"] / diff["vanilla"], vanilla_mb=diff["vanilla"] / MB,
+                   reforward_mb=diff["theirs"] / MB, chen_mb=diff["chen"] / MB,
+                   paper_regular_mb=ref.get("regular_mb"), paper_reforwarding_mb=ref.get("reforwarding_mb"),
+                   paper_chen_ratio=ref["chen_mb"] / ref["regular_mb"] if ref else None)
+    for kind in ("theoretical", "measured", "chen"):
         if row.get(f"{kind}_ratio") is not None and row.get(f"paper_{kind}_ratio") is not None:
             row[f"{kind}_diff_points"] = 100 * (row[f"{kind}_ratio"] - row[f"paper_{kind}_ratio"])
     row["wall_seconds"] = time.perf_counter() - start
@@ -282,7 +288,8 @@ def _pair(ours: float, paper: float | None, diff: float | None) -> str:
 
 COLUMNS = [
     "network", "batch × input", "#V theirs / traced", "theoretical: ours / paper (Δ pts)", "input counted",
-    "Alg. 1 only", "traced graph", "measured (fake): ours / paper (Δ pts)", "measured, traced plan", "solve s",
+    "Alg. 1 only", "traced graph", "measured (fake): ours / paper (Δ pts)", "measured, traced plan",
+    "Chen's √n (fake): ours / paper (Δ pts)", "solve s",
 ]
 
 
@@ -297,6 +304,7 @@ def markdown(df: pd.DataFrame) -> str:
             f"{r['with_input_ratio']:.4f}", f"{r['linear_ratio']:.4f}", f"{r['traced_ratio']:.4f}",
             _pair(r.get("measured_ratio"), r["paper_measured_ratio"], r.get("measured_diff_points")),
             _pair(r.get("traced_measured_ratio"), None, None),
+            _pair(r.get("chen_ratio"), r.get("paper_chen_ratio"), r.get("chen_diff_points")),
             f"{r['solve_seconds']:.2f} / {r['solve_seconds_traced']:.2f}",
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -321,7 +329,8 @@ def markdown(df: pd.DataFrame) -> str:
         "vertexes; *traced graph*: Algorithm 6 on our graph (a vertex per functional op); *measured*: the "
         "`reforward` plan of their graph (lifted onto the traced graph) run on the `fake` backend, "
         "(peak at 2B − peak at B) over the same for plain training, as the paper measured; *measured, traced "
-        "plan*: the same for the `reforward` plan of the traced graph. Solve s: Algorithm 6 on their graph / on "
+        "plan*: the same for the `reforward` plan of the traced graph; *Chen's √n*: the same for Chen et al.'s "
+        "segmentation of the traced graph (`chen`), beside their Chen [8] MB over their regular MB. Solve s: Algorithm 6 on their graph / on "
         "the traced graph. Rows `…@2018` are evidence (torchvision's 2018 DenseNet layout), not in their table.",
         "",
         "More than 10 points from the paper: " + (", ".join(far) if far else "none") + ".",
