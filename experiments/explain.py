@@ -1,13 +1,16 @@
 """Why a cell of Table 1 differs from the paper's by more than :data:`~experiments.figures.FLAG_POINTS`.
 
 Each flagged cell (:func:`experiments.figures.flagged`) gets exactly one :class:`Explanation`: the first
-rule of :data:`RULES` whose condition holds on the table. Conditions and texts read only the table
-itself (the cell, its network's other cells, the registry's note on the network), so every number an
-explanation quotes is a number of the table it explains; a cell no rule explains says so, with its
-numbers, rather than being left out.
+rule of :data:`RULES` whose condition holds on the table. Conditions and texts read the table itself
+(the cell, its network's other cells, the registry's note on the network) and, for a cause that names a
+difference between our network and the paper's, the run of :mod:`experiments.explain_runs` that removes
+it: the cause is *supported* when that run's reduction comes within :data:`~experiments.figures.FLAG_POINTS`
+of the paper's, else *refuted*, and a refuted cause leaves the cell labelled open. Every number an
+explanation quotes is one of the table or of the runs' records; a cell no rule explains says so, with
+its numbers, rather than being left out.
 
     t = figures.table1(df, figures.paper_table1())
-    explanations(t)        # one per flagged cell
+    explanations(t, explain_runs.frame())   # one per flagged cell
     markdown(explanations(t))
 """
 
@@ -21,7 +24,7 @@ import pandas as pd
 from experiments import nets
 from recompute.pricing.memory_model import MemoryModel
 
-from .figures import DP_METHODS, EXACT_OF, MC_OF, METHOD_LABELS, flagged
+from .figures import DP_METHODS, EXACT_OF, FLAG_POINTS, MC_OF, METHOD_LABELS, flagged
 
 __all__ = ["Explanation", "Rule", "RULES", "explanations", "markdown"]
 
@@ -44,6 +47,7 @@ class Cell:
 
     row: pd.Series
     net: pd.DataFrame  # every row of the same network
+    runs: pd.DataFrame | None = None  # experiments.explain_runs.frame(): the runs that test the causes
 
     def other(self, method: str, memory_model: str | None) -> pd.Series | None:
         """The row of ``method`` planned with ``memory_model`` (vanilla, Chen: the one without a model)."""
@@ -63,6 +67,8 @@ class Rule:
     cause: str
     applies: Callable[[Cell], bool]
     says: Callable[[Cell], str]
+    tested_by: str | None = None  # the run of experiments.explain_runs (variant) that removes the cause
+    removes: str = ""  # what that run removes, in words
 
 
 def _pct(reduction: float) -> str:
@@ -185,25 +191,55 @@ def _open_text(c: Cell) -> str:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("a larger traced graph", _graph_larger, _graph_text),
+    Rule("a larger traced graph", _graph_larger, _graph_text, "googlenet_no_bn", "BatchNorm"),
     Rule("TC reaches MC", _tc_reaches_mc, _tc_text),
     Rule("the paper's approximate DP", _paper_approx_gap, _paper_approx_text),
+    Rule("a leaner vanilla", _lean_vanilla, _lean_text, "vgg19_relu_copy", "the in-place ReLUs"),
     Rule("eq. (2) prices what autograd does not keep", _eq2_only, _eq2_text),
     Rule("the exact memory model finds lower peaks", _exact_model_lower, _exact_model_text),
-    Rule("a leaner vanilla", _lean_vanilla, _lean_text),
-    Rule("Chen's segmentation", _chen, _chen_text),
+    Rule("Chen's segmentation", _chen, _chen_text, "densenet161_2018", "today's dense-block layout"),
     Rule("open", lambda c: True, _open_text),
 )
 
 
-def explanations(t: pd.DataFrame) -> list[Explanation]:
-    """One explanation per flagged cell of the Table 1 long form ``t``, in the table's order."""
+def _verdict(rule: Rule, c: Cell) -> tuple[bool, str] | None:
+    """Whether the run that removes ``rule``'s cause brings ``c`` within FLAG_POINTS of the paper, and
+    the sentence that says so; None where no such run is recorded for the cell's network."""
+    runs = c.runs
+    if rule.tested_by is None or runs is None:
+        return None
+    mine = runs[(runs["variant"] == rule.tested_by) & (runs["network"] == c.row["network"])].set_index("method")
+    if c.row["method"] not in mine.index or "vanilla" not in mine.index:
+        return None
+    r, v = c.row, mine.loc["vanilla"]
+    gb, vgb = mine.at[r["method"], "peak_bytes"] / 2**30, v["peak_bytes"] / 2**30
+    red = 1 - gb / vgb
+    points = 100 * (red - r["paper_reduction"])
+    supported = abs(points) <= FLAG_POINTS
+    planned = " (planned on the simulator's model)" if r["method"] in DP_METHODS else ""
+    return supported, (
+        f" Tested by `{rule.tested_by}` (without {rule.removes}, #V = {int(v['num_nodes'])}): vanilla "
+        f"{vgb:.2f} GB against the paper's {c.vanilla['paper_peak_gb']:.1f} GB, this method{planned} {gb:.2f} GB "
+        f"({_pct(red)}), {points:+.1f} points from the paper's {_pct(r['paper_reduction'])}: the run "
+        + ("supports this cause." if supported else
+           f"refutes it, so the difference is not explained by {rule.removes}."))
+
+
+def explanations(t: pd.DataFrame, runs: pd.DataFrame | None = None) -> list[Explanation]:
+    """One explanation per flagged cell of the Table 1 long form ``t``, in the table's order, each cause
+    with a run in ``runs`` (:func:`experiments.explain_runs.frame`) marked supported or refuted."""
     out = []
     for _, row in flagged(t).iterrows():
-        cell = Cell(row, t[t["network"] == row["network"]])
+        cell = Cell(row, t[t["network"] == row["network"]], runs)
         rule = next(r for r in RULES if r.applies(cell))
         model = None if pd.isna(row["memory_model"]) else row["memory_model"]
-        out.append(Explanation(row["network"], row["method"], model, float(row["diff_points"]), rule.cause, rule.says(cell)))
+        text, cause = rule.says(cell), rule.cause
+        verdict = _verdict(rule, cell)
+        if verdict is not None:
+            supported, sentence = verdict
+            text += sentence
+            cause = f"{cause} (supported by a run)" if supported else f"open: {cause} refuted by a run"
+        out.append(Explanation(row["network"], row["method"], model, float(row["diff_points"]), cause, text))
     return out
 
 

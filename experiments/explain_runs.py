@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+import pandas as pd
 import torch
 import torch.nn as nn
 
@@ -136,6 +137,12 @@ def load(path: Path = OUT.with_suffix(".json")) -> dict:
 
 def points(record: dict) -> list[VariantPoint]:
     return [VariantPoint(**p) for p in record["points"]]
+
+
+def frame(path: Path = OUT.with_suffix(".json")) -> pd.DataFrame | None:
+    """The runs as a table (variant, network, method, num_nodes, peak_bytes, k) for
+    :func:`experiments.explain.explanations`; None where they have not been made."""
+    return pd.DataFrame([asdict(p) for p in points(load(path))]) if path.exists() else None
 
 
 def render(record: dict, out: Path = OUT) -> None:

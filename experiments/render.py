@@ -5,7 +5,8 @@ shows what they wrote; the tests call them to check that the committed artefacts
 committed records render.
 
 * :func:`tables` — from the results store: ``table1.{md,csv}``, ``differences.md`` (one explanation
-  per flagged cell, :mod:`experiments.explain`), ``max_batch.{md,csv}``, ``figure4.md``;
+  per flagged cell, :mod:`experiments.explain`), ``claims.md`` (:mod:`experiments.claims`),
+  ``max_batch.{md,csv}``, ``figure4.md``;
 * :func:`figure4_plot` — ``figure4.{png,pdf}`` from the same store;
 * :func:`from_json` — Chen et al.'s depth sweep, Feng & Huang's Table 1 and Beaumont et al.'s
   figures, each from the JSON/CSV its own stage wrote.
@@ -18,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import beaumont_figures, chen_depth, explain, feng_table1, figures
+from . import beaumont_figures, chen_depth, claims, explain, explain_runs, feng_table1, figures
 
 __all__ = ["Rendered", "tables", "figure4_plot", "from_json", "TABLE_FILES"]
 
 # what :func:`tables` writes: text, so a re-render can be compared byte for byte quickly
-TABLE_FILES = ("table1.md", "table1.csv", "differences.md", "max_batch.md", "max_batch.csv", "figure4.md")
+TABLE_FILES = ("table1.md", "table1.csv", "differences.md", "claims.md", "max_batch.md", "max_batch.csv", "figure4.md")
 
 
 @dataclass
@@ -41,12 +42,17 @@ def tables(df: pd.DataFrame, out: Path, device_memory_gb: float, time_backend: s
     """Write :data:`TABLE_FILES` into ``out`` from the records ``df``."""
     out.mkdir(parents=True, exist_ok=True)
     t1 = figures.write_table1(df, out)
-    explained = explain.explanations(t1)
+    explained = explain.explanations(t1, explain_runs.frame())
     (out / "differences.md").write_text(
         f"Cells of `table1.md` more than {figures.FLAG_POINTS:g} points from the paper's printed reduction, one "
-        "explanation each, computed by `experiments/explain.py` from that table (rendered by "
-        "`STAGES=notebook bash scripts/paper_figures.sh`).\n\n" + explain.markdown(explained) + "\n")
+        "explanation each, computed by `experiments/explain.py` from that table and the runs that test the "
+        "causes (`explanation_runs.md`, by `python -m experiments.explain_runs --write`), rendered by "
+        "`STAGES=notebook bash scripts/paper_figures.sh`.\n\n" + explain.markdown(explained) + "\n")
     mb = figures.write_max_batch(df, out, device_memory_gb)
+    (out / "claims.md").write_text(
+        "The paper's claims about Table 1 and the largest batch (Kusumoto et al. 2019, §5), checked on `table1.md` "
+        "and `max_batch.md` by `experiments/claims.py` (rendered by `STAGES=notebook bash scripts/paper_figures.sh`)."
+        "\n\n" + claims.markdown(claims.claims(t1, mb)) + "\n")
     timings = figures.figure4_records(df, time_backend)
     ordering = figures.figure4_ordering(timings)
     (out / "figure4.md").write_text(figures.figure4_markdown(timings, ordering, time_backend) + "\n")
@@ -65,7 +71,8 @@ def from_json(src: Path, out: Path) -> list[str]:
     records not found (their stage has not been run: their artefacts are left as they are)."""
     out.mkdir(parents=True, exist_ok=True)
     missing = []
-    for name, mod in (("chen2016_depth", chen_depth), ("feng2018_table1", feng_table1)):
+    for name, mod in (("chen2016_depth", chen_depth), ("feng2018_table1", feng_table1),
+                      ("explanation_runs", explain_runs)):
         if (src / f"{name}.json").exists():
             mod.render(mod.load(src / f"{name}.json"), out / name)
         else:

@@ -58,7 +58,7 @@ df.groupby(["memory_backend", "status"]).size()
 
 # %%
 r = render.tables(df, OUT, DEVICE_GB, TIME_BACKEND)
-for name in ("table1.md", "differences.md", "max_batch.md", "figure4.md"):
+for name in ("table1.md", "differences.md", "claims.md", "max_batch.md", "figure4.md"):
     display(Markdown((OUT / name).read_text()))
 
 # %% [markdown]

@@ -4,6 +4,8 @@
 #              batch and size, memory on `fake` (on `cuda` with DEVICE=cuda);
 #   max_batch  largest batch under DEVICE_GB GiB (default the paper's 11.4) per net × Figure 4 method, fake backend;
 #   chen       Chen et al. (2016): activation peak against ResNet depth, fake backend -> paper_figures/chen2016_depth.json;
+#   explain    the networks that test Table 1's explanations (experiments.explain_runs, fake backend)
+#              -> paper_figures/explanation_runs.json;
 #   feng       Feng & Huang (2018) Table 1 (Re-forwarding, fake backend) -> paper_figures/feng2018_table1.json;
 #   beaumont   Beaumont et al. (2020) Fig. 7, 8 and 9 by simulation (join DP, ~10 s) -> paper_figures/beaumont_fig{7,8,9}.csv;
 #   figure4    Figure 4 timings: forward+backward steps over a batch grid, one job at a time so that timings do not
@@ -20,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-STAGES=${STAGES:-"table1 max_batch chen feng beaumont figure4 notebook"}
+STAGES=${STAGES:-"table1 max_batch chen explain feng beaumont figure4 notebook"}
 DEVICE=${DEVICE:-cpu}             # cpu: Table 1 on fake, Figure 4 timed on the CPU; cuda: both on the GPU
 DEVICE_GB=${DEVICE_GB:-11.4}
 JOBS=${JOBS:-2}                   # parallel runs of the table1 and max_batch sweeps (timings always run alone)
@@ -74,6 +76,10 @@ fi
 if stage chen; then
   echo "== Chen et al. (2016): memory vs depth -> paper_figures/chen2016_depth.json"
   clock "$PY" -m experiments.chen_depth --write
+fi
+if stage explain; then
+  echo "== the runs that test Table 1's explanations -> paper_figures/explanation_runs.json"
+  clock "$PY" -m experiments.explain_runs --write
 fi
 if stage feng; then
   echo "== Feng & Huang (2018) Table 1 -> paper_figures/feng2018_table1.json"
