@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import gc
 import json
 import multiprocessing
@@ -57,7 +58,7 @@ from experiments import nets
 from recompute.capture.allocator import AllocatorMeter
 from recompute.doors.baselines import Unsupported
 from recompute.doors.exactness import judge, train_step
-from recompute.doors.measure import default_loss
+from recompute.doors.measure import default_loss, interleaved
 
 from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic, write_doc
 
@@ -278,12 +279,10 @@ def run_net(name: str, steps: int, methods: Sequence[Method] = METHODS, commit: 
         runners.append((point, runner))
         progress(f"{name} {m.label}: peak {meter.peak / MIB:.1f} MiB, first step {point.setup_seconds:.1f} s, {point.exact}")
     with lock if lock is not None else contextlib.nullcontext():
-        for r in range(steps):
-            for point, runner in runners[r % len(runners):] + runners[:r % len(runners)]:
-                t0 = time.perf_counter()
-                _step(runner, params, inputs)
-                point.times.append(time.perf_counter() - t0)
+        times = interleaved({point.method: functools.partial(_step, runner, params, inputs)
+                             for point, runner in runners}, steps)
     for point, _ in runners:
+        point.times = times[point.method]
         point.steps = len(point.times)
         point.seconds = statistics.median(point.times)
         point.seconds_spread = max(point.times) - min(point.times)

@@ -10,6 +10,9 @@
 #   beaumont   Beaumont et al. (2020) Fig. 7, 8 and 9 by simulation (join DP, ~10 s) -> paper_figures/beaumont_fig{7,8,9}.csv;
 #   figure4    Figure 4 timings: forward+backward steps over a batch grid, one job at a time so that timings do not
 #              share the cores; on the CPU at a reduced input size, or with DEVICE=cuda on the GPU at the paper's;
+#   figure4_paired  Figure 4 as a paired design: every method in the same interleaved rounds as vanilla,
+#              bootstrap intervals, Holm's correction (experiments.figure4_paired, on the CPU, one net at a time)
+#              -> paper_figures/figure4_paired.json;
 #   notebook   notebooks/paper_figures.py executed headless: every artefact rendered from the store and the JSON
 #              above (nothing measured), and the tables in README.md and paper_figures/README.md rewritten
 #              between their marker comments.
@@ -22,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-STAGES=${STAGES:-"table1 max_batch chen explain feng beaumont figure4 notebook"}
+STAGES=${STAGES:-"table1 max_batch chen explain feng beaumont figure4 figure4_paired notebook"}
 DEVICE=${DEVICE:-cpu}             # cpu: Table 1 on fake, Figure 4 timed on the CPU; cuda: both on the GPU
 DEVICE_GB=${DEVICE_GB:-11.4}
 JOBS=${JOBS:-2}                   # parallel runs of the table1 and max_batch sweeps (timings always run alone)
@@ -97,6 +100,10 @@ if stage figure4; then
     clock "$PY" run.py -m experiment=figure4 device="$DEVICE" "net=$net" "${size[@]}" \
       "batch_size=${FIG4_GRID[$net]}" "${common[@]}"
   done
+fi
+if stage figure4_paired; then
+  echo "== Figure 4, paired rounds -> paper_figures/figure4_paired.json"
+  clock "$PY" -m experiments.figure4_paired --write --device "$DEVICE" ${FIG4_NETS:+--nets $FIG4_NETS}
 fi
 if stage notebook; then
   echo "== notebooks/paper_figures.py -> paper_figures/, README.md"

@@ -33,7 +33,7 @@ from recompute.capture.allocator import AllocatorMeter
 from recompute.core.storage import tensor_bytes
 from recompute.doors.execute import module_state
 
-__all__ = ["Measurement", "MemoryMeter", "measure", "BACKENDS", "default_loss"]
+__all__ = ["Measurement", "MemoryMeter", "measure", "interleaved", "BACKENDS", "default_loss"]
 
 BACKENDS = ("cuda", "cpu", "fake")
 
@@ -321,3 +321,18 @@ def measure(
         backend, peak, param_bytes, grad_bytes, activation_peak, storage_peak, seconds=statistics.median(times),
         times=times, predicted_peak=predicted_peak,
     )
+
+
+def interleaved(steps: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of each of ``steps`` in ``rounds`` rounds, every step once per round, the order rotating
+    from round to round: drift on the host (clock, other load) reaches every step alike, and round i's
+    times form a pair (or a block) that can be compared within the round."""
+    names = list(steps)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            steps[n]()
+            times[n].append(time.perf_counter() - t0)
+    return times
+
