@@ -358,7 +358,7 @@ def _googlenet_chen_flagged() -> pd.DataFrame:
     return t
 
 
-@pytest.mark.parametrize("gb, verdict", [(3.7, "open: a larger traced graph refuted by a run"),
+@pytest.mark.parametrize("gb, verdict", [(3.7, "open: BatchNorm refuted by a run"),
                                          (6.2, "a larger traced graph (supported by a run)")])
 def test_an_explanation_is_supported_or_refuted_by_the_run_that_removes_its_cause(gb, verdict):
     # GoogLeNet's cells were put down to BatchNorm; the network without it decides: 8.4 GB vanilla and Chen
