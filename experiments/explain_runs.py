@@ -160,9 +160,10 @@ def render(record: dict, out: Path = OUT) -> None:
         for p in ps:
             ref = paper.loc[(p.network, p.method)]
             red = 1 - p.peak_bytes / vanilla.peak_bytes
-            cells = [f"{p.peak_bytes / GIB:.2f}", f"{-100 * red:+.1f}%",
-                     f"{ref['paper_peak_gb']:.1f} GB ({-100 * ref['paper_reduction']:+.0f}%)",
-                     "–" if p.method == "vanilla" else f"{100 * (red - ref['paper_reduction']):+.1f}"]
+            cells = [f"{p.peak_bytes / GIB:.2f}", "–", f"{ref['paper_peak_gb']:.1f} GB", "–"] if p is vanilla else [
+                f"{p.peak_bytes / GIB:.2f}", f"{-100 * red:+.1f}%",
+                f"{ref['paper_peak_gb']:.1f} GB ({-100 * ref['paper_reduction']:+.0f}%)",
+                f"{100 * (red - ref['paper_reduction']):+.1f}"]
             rows.append(f"| `{name}` | {p.network} | {METHOD_LABELS[p.method]} | {p.num_nodes} / "
                         f"{int(ref['paper_num_nodes'])} | " + " | ".join(cells) + " |")
     out.with_suffix(".md").write_text(
