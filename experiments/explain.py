@@ -181,8 +181,7 @@ def _chen_text(c: Cell) -> str:
     return (f"our `chen` cuts only at nodes that every input-to-output path passes through "
             f"(`recompute/planners/chen.py`), here into k = {int(r['k'])} segments, {r['peak_gb']:.2f} GB "
             f"({_pct(r['reduction'])}) against the paper's {r['paper_peak_gb']:.1f} GB ({_pct(r['paper_reduction'])}); "
-            "the paper's Chen used Chen et al.'s heuristics on Chainer's graph and gives no segment count, so "
-            "which segmentation differs is not established.")
+            "the paper's Chen used Chen et al.'s heuristics on Chainer's graph and gives no segment count.")
 
 
 def _open_text(c: Cell) -> str:
@@ -243,6 +242,9 @@ def explanations(t: pd.DataFrame, runs: pd.DataFrame | None = None) -> list[Expl
             supported, sentence = verdict
             text += sentence
             cause = f"{cause} (supported by a run)" if supported else rule.refuted
+        elif rule.tested_by is not None:  # a cause of this kind is a guess until a run removes it
+            text += " No run removes this cause on this network: the difference stays unexplained."
+            cause = f"open: {cause}, untested"
         out.append(Explanation(row["network"], row["method"], model, float(row["diff_points"]), cause, text))
     return out
 
