@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numba
 import numpy as np
@@ -120,10 +120,41 @@ def _first_at_least(key: np.ndarray, sign: int, lo: int, hi: int, limit: int) ->
     return lo
 
 
+class FamilyArrays(NamedTuple):
+    """What the DP core reads of a lower-set family, as arrays (a record numba takes as one argument)."""
+
+    bits: np.ndarray  # the family's sets as bitsets, sorted by (W(L), |L|), ∅ first, V last
+    contains: np.ndarray  # bit r of row v: v ∈ L_r
+    msum: np.ndarray  # W(L) per set
+    tsum: np.ndarray  # T(L) per set
+    cterm: np.ndarray  # the block term's part fixed by L′ (the nodes above it)
+    bd_ptr: np.ndarray  # ∂(L) per set (CSR)
+    bd_idx: np.ndarray
+    mo_ptr: np.ndarray  # the minimal nodes of V \ L per set (CSR)
+    mo_idx: np.ndarray
+    mem: np.ndarray  # M_v
+    hold: np.ndarray  # what a cached node keeps beyond X
+    weight: np.ndarray
+    floor: np.int64  # a constant of every block term
+    time: np.ndarray  # T_v
+
+
+class Search(NamedTuple):
+    """One run's bounds: the budget, the window of sets looked at, t's quantum and row length, mc or tc,
+    and whether the block term is the simulator's (``exact``)."""
+
+    budget: np.int64
+    window_budget: np.int64
+    quantum: np.int64
+    row_len: np.int64
+    most: bool
+    exact: bool
+
+
 @numba.njit(cache=True)
-def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, weight, floor, time,
-             budget, window_budget, quantum, row_len, most, exact, pairs, known):  # fmt: skip
-    """Fill opt[L, t] over the family (rows of ``bits``, sorted by (M(L), |L|), ∅ first, V last).
+def _dp_core(family, search, pairs, known):
+    """Fill opt[L, t] over the family (:class:`FamilyArrays`: rows of ``bits``, sorted by (M(L), |L|), ∅
+    first, V last) under ``search`` (:class:`Search`).
 
     States are stored per lower set as its Pareto frontier, ordered by decreasing m, in flat arrays
     (``start[r]:stop[r]``): t (quantised by ``quantum``), m = M(U), the predecessor state, the set, and
@@ -147,6 +178,8 @@ def _dp_core(bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, 
     the examined transitions that the budget rejected; every budget in [budget, next_budget) gives the
     same frontiers (a transition not examined is dominated by an accepted one at any larger budget).
     """
+    bits, contains, msum, tsum, cterm, bd_ptr, bd_idx, mo_ptr, mo_idx, mem, hold, weight, floor, time = family
+    budget, window_budget, quantum, row_len, most, exact = search
     k = bits.shape[0]
     half = quantum // 2
     ones = ~np.uint64(0)
@@ -388,12 +421,12 @@ def _run(fam: _Family, budget: int, *, quantum: int | None, most: bool = False,
         quantum, row_len = np.iinfo(np.int64).max // 4, 1  # every Δt quantises to 0
     else:
         row_len = _t_limit(fam.g, quantum) + 1 if t_cap is None else t_cap + 1
-    out = _dp_core(
-        fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr, fam.mo_idx,
-        fam.mem, fam.hold, fam.weight, np.int64(fam.floor), g.time, np.int64(budget), np.int64(budget if window_budget is None else window_budget),
-        np.int64(quantum), row_len, most, fam.pairs is not None, fam.pairs if fam.pairs is not None else _NO_PAIRS,
-        fam.known if fam.known is not None else _no_known(),
-    )  # fmt: skip
+    family = FamilyArrays(fam.bits, fam.contains, fam.msum, fam.tsum, fam.cterm, fam.bd_ptr, fam.bd_idx, fam.mo_ptr,
+                          fam.mo_idx, fam.mem, fam.hold, fam.weight, np.int64(fam.floor), g.time)
+    search = Search(np.int64(budget), np.int64(budget if window_budget is None else window_budget), np.int64(quantum),
+                    np.int64(row_len), most, fam.pairs is not None)
+    out = _dp_core(family, search, fam.pairs if fam.pairs is not None else _NO_PAIRS,
+                   fam.known if fam.known is not None else _no_known())
     pt_t, _, pt_prev, pt_set, pt_peak, start, stop, next_budget = out
     last = len(fam) - 1
     if start[last] == stop[last]:
