@@ -126,9 +126,9 @@ def render(record: dict, out: Path = OUT) -> None:
     ax.plot(grid, [b * math.sqrt(d) for d in grid], "--", color="0.4", label=f"{b:.3f}·√n (fit to Chen)")
     ax.set_xscale("log")
     ax.set_yscale("log")  # as Chen et al.'s Fig. 5: y = α·n^β is a line of slope β
-    ax.set(xlabel="depth n (weighted layers of the bottleneck ResNet)", ylabel="activation peak (GiB)",
-           title=f"Chen et al. (2016): memory vs depth, batch {record['batch_size']}, "
-                 f"{record['input_size']}², {record['backend']} backend")
+    ax.set(xlabel="depth n (weighted layers of the bottleneck ResNet)", ylabel="activation peak (GiB)")
+    ax.set_title(f"Chen et al. (2016) Fig. 5: memory vs depth, batch {record['batch_size']}, "
+                 f"{record['input_size']}², {record['backend']} backend", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.text(0.01, 0.005, f"records at commit {record['git_commit'][:7]}: {record['command']}", fontsize=6, color="0.4")
