@@ -391,6 +391,10 @@ def test_the_papers_claims_are_checked_on_the_tables():
     slow.loc[slow["method"] == "exactdp_mc", "solve_seconds"] = 95.0
     (exact,) = [c for c in claims.claims(slow, pd.read_csv(FIGURES / "max_batch.csv")) if "80 secs" in c.paper]
     assert exact.holds == "holds" and "95.00 s" in exact.ours
+    # a store that reaches no claim (the notebook's fixture: no DP record at the paper's batch) says so
+    empty = figures.table1(pd.DataFrame(columns=list(results.FIELDS)), figures.paper_table1())
+    assert claims.claims(empty, pd.DataFrame(columns=["network", "method", "max_batch"])) == []
+    assert claims.markdown([]).startswith("No record")
 
 
 def test_chens_headline_is_checked_where_the_sweep_reaches_it():
