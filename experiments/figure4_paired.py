@@ -213,7 +213,8 @@ def render(record: dict, out: Path = OUT) -> None:
         f"Figure 4 as a paired design: ratios of same-round step times (geometric mean over rounds, 95% bootstrap "
         f"interval, Holm-corrected p over all {len(found)} orderings; a verdict only where p < {ALPHA}, else a tie: "
         f"{claims} of {len(found)} are claims). Device: {points[0].device if points else '–'}. Records at commit "
-        f"{', '.join(commits)} by `{record['command']}`.\n\n" + "\n".join(lines) + "\n" + _claim_line(found))
+        f"{', '.join(commits)} by `python -m experiments.figure4_paired --write --nets <net>`, a network at a time "
+        f"(the last: `{record['command']}`).\n\n" + "\n".join(lines) + "\n" + _claim_line(found))
     nets_ = list(dict.fromkeys(p.net for p in points))
     fig, axes = plt.subplots(1, max(1, len(nets_)), figsize=(3.2 * max(1, len(nets_)), 3.4), squeeze=False)
     for ax, net in zip(axes[0], nets_):
