@@ -58,7 +58,7 @@ from experiments import nets
 from recompute.capture.allocator import AllocatorMeter
 from recompute.doors.baselines import Unsupported
 from recompute.doors.exactness import judge, train_step
-from recompute.doors.measure import default_loss, interleaved
+from recompute.doors.measure import interleaved, training_step
 
 from .common import POSITIVE_INT, REPO, head_commit, made_by, markdown_table, write_atomic, write_doc
 
@@ -218,12 +218,6 @@ def _twin(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
 
 
-def _step(runner: Runner, params: Sequence[torch.Tensor], inputs: tuple) -> None:
-    default_loss(runner(*inputs)).backward()
-    for p in params:
-        p.grad = None
-
-
 def _why(e: BaseException) -> str:
     """A failure in one line: its type and, for a wrapped one (dynamo's BackendCompilerFailed: its first
     line is only 'backend=... raised:'), the innermost cause's."""
@@ -274,12 +268,12 @@ def run_net(name: str, steps: int, methods: Sequence[Method] = METHODS, commit: 
         point.setup_seconds = time.perf_counter() - t0
         gc.collect()
         with AllocatorMeter() as meter:
-            _step(runner, params, inputs)
+            training_step(runner, params, inputs)
         point.peak, point.peak_with_params = meter.peak, meter.peak + state_bytes
         runners.append((point, runner))
         progress(f"{name} {m.label}: peak {meter.peak / MIB:.1f} MiB, first step {point.setup_seconds:.1f} s, {point.exact}")
     with lock if lock is not None else contextlib.nullcontext():
-        times = interleaved({point.method: functools.partial(_step, runner, params, inputs)
+        times = interleaved({point.method: functools.partial(training_step, runner, params, inputs)
                              for point, runner in runners}, steps)
     for point, _ in runners:
         point.times = times[point.method]

@@ -16,7 +16,6 @@ curves: a·n fitted to vanilla and b·√n fitted to Chen's points (least square
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import shlex
@@ -27,6 +26,7 @@ from pathlib import Path
 import torch
 
 from .config import GIB
+from .record import load_artefact, write_artefact
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,9 +100,7 @@ def _fit(xs: list[float], ys: list[float]) -> float:
 
 def load(path: Path) -> dict:
     """The JSON record at ``path``; FileNotFoundError saying which stage writes it."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: python -m experiments.chen_depth --write (stage chen of scripts/paper_figures.sh) writes it")
-    return json.loads(path.read_text())
+    return load_artefact(path, "python -m experiments.chen_depth --write (stage chen of scripts/paper_figures.sh)")
 
 
 def render(record: dict, out: Path = OUT) -> None:
@@ -175,9 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     json_path = OUT.with_suffix(".json")
     if args.write:
-        tmp = json_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(sweep(tuple(args.blocks)), indent=1) + "\n")
-        tmp.replace(json_path)
+        write_artefact(json_path, sweep(tuple(args.blocks)))
     render(load(json_path))
 
 

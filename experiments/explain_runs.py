@@ -24,7 +24,6 @@ difference is measured. The variants (:data:`VARIANTS`), each at the paper's bat
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import shlex
 import sys
@@ -40,6 +39,7 @@ from experiments import nets
 
 from .config import GIB
 from .feng_table1 import densenet_2018
+from .record import load_artefact, write_artefact
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,9 +130,7 @@ def sweep(variants: tuple[Variant, ...] = VARIANTS) -> dict:
 
 def load(path: Path = OUT.with_suffix(".json")) -> dict:
     """The JSON record; FileNotFoundError saying what writes it."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: python -m experiments.explain_runs --write writes it")
-    return json.loads(path.read_text())
+    return load_artefact(path, "python -m experiments.explain_runs --write (stage explain of scripts/paper_figures.sh)")
 
 
 def points(record: dict) -> list[VariantPoint]:
@@ -182,9 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     json_path = OUT.with_suffix(".json")
     if args.write:
         chosen = tuple(v for v in VARIANTS if v.name in args.variants)
-        tmp = json_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(sweep(chosen), indent=1) + "\n")
-        tmp.replace(json_path)
+        write_artefact(json_path, sweep(chosen))
     render(load(json_path))
 
 

@@ -28,7 +28,6 @@ import argparse
 import csv
 import functools
 import gc
-import json
 import shlex
 import sys
 import time
@@ -46,6 +45,8 @@ from torch.utils._pytree import tree_flatten
 
 import recompute
 from recompute.core.graph import Graph
+
+from .record import load_artefact, write_artefact
 
 __all__ = ["REFERENCE", "VARIANTS", "densenet_2018", "dense_block_2018", "paper_rows", "tensor_graph", "lift", "build", "images", "table_row", "run", "markdown", "record", "load", "render"]
 
@@ -349,9 +350,7 @@ def record(df: pd.DataFrame, command: str) -> dict[str, Any]:
 
 def load(path: Path) -> dict:
     """The JSON record at ``path``; FileNotFoundError saying which stage writes it."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: python -m experiments.feng_table1 --write (stage feng of scripts/paper_figures.sh) writes it")
-    return json.loads(path.read_text())
+    return load_artefact(path, "python -m experiments.feng_table1 --write (stage feng of scripts/paper_figures.sh)")
 
 
 def render(rec: dict[str, Any], out: Path = OUT) -> None:
@@ -381,9 +380,7 @@ def main() -> None:
     print(markdown(df))
     if args.write:
         rec = record(df, "python -m experiments.feng_table1 " + shlex.join(sys.argv[1:]))
-        tmp = json_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(rec, indent=1) + "\n")
-        tmp.replace(json_path)
+        write_artefact(json_path, rec)
         render(rec)
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import platform
 import shlex
@@ -38,6 +37,7 @@ import torch
 from experiments import nets
 
 from .figures import METHOD_LABELS
+from .record import load_artefact, write_artefact
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,25 +82,15 @@ def _runners(model: torch.nn.Module, inputs: tuple) -> dict[str, torch.nn.Module
     return out
 
 
-def _step(runner: torch.nn.Module, params: list[torch.Tensor], inputs: tuple) -> None:
-    from recompute.doors.measure import default_loss
-
-    default_loss(runner(*inputs)).backward()
-    for p in params:
-        p.grad = None
-    if inputs[0].is_cuda:  # the step's kernels end before its time is read
-        torch.cuda.synchronize()
-
-
 def time_point(net: str, batch: int, size: int, rounds: int = ROUNDS, device: str = "cpu") -> PairedPoint:
     """The four methods on ``net`` at ``batch`` × ``size``², ``rounds`` interleaved rounds after a warm-up."""
-    from recompute.doors.measure import interleaved
+    from recompute.doors.measure import interleaved, training_step
 
     model, inputs = nets.build(net, batch_size=batch, input_size=size, seed=0)
     if device == "cuda":
         model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     params = list(model.parameters())
-    steps = {m: functools.partial(_step, r, params, inputs) for m, r in _runners(model, inputs).items()}
+    steps = {m: functools.partial(training_step, r, params, inputs) for m, r in _runners(model, inputs).items()}
     interleaved(steps, 1)  # warm-up: first-call set-up of every kernel, not timed
     where = (torch.cuda.get_device_name() if device == "cuda"
              else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
@@ -170,9 +160,7 @@ def orderings(points: list[PairedPoint], alpha: float = ALPHA) -> list[Ordering]
 
 def load(path: Path = OUT.with_suffix(".json")) -> dict:
     """The JSON record; FileNotFoundError saying what writes it."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: python -m experiments.figure4_paired --write writes it")
-    return json.loads(path.read_text())
+    return load_artefact(path, "python -m experiments.figure4_paired --write (stage figure4_paired of scripts/paper_figures.sh)")
 
 
 def _points(record: dict) -> list[PairedPoint]:
@@ -263,9 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         record = dict(source="Kusumoto et al. (2019) Figure 4, timed as a paired design",
                       command="python -m experiments.figure4_paired " + shlex.join(sys.argv[1:] if argv is None else argv),
                       torch_version=torch.__version__, points=[asdict(p) for p in points])
-        tmp = json_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(json_path)
+        write_artefact(json_path, record)
     render(load(json_path))
 
 

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 if TYPE_CHECKING:  # the record only reads these; importing recompute here would load torch for nothing
     import recompute
 
-__all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS"]
+__all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS",
+           "load_artefact", "write_artefact"]
 
 SCHEMA_VERSION = 6
 
@@ -263,3 +264,18 @@ def read(path: str | Path) -> RunRecord:
     if rec.key != path.stem:
         raise RecordError(f"{path}: holds the record of key {rec.key!r}, not {path.stem!r} (a copied or renamed file)")
     return rec
+
+
+def load_artefact(path: Path, writer: str) -> dict:
+    """The JSON record behind a paper artefact; FileNotFoundError naming ``writer``, the command that makes it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: {writer} writes it")
+    return json.loads(path.read_text())
+
+
+def write_artefact(path: Path, data: dict) -> None:
+    """``data`` as ``path``'s JSON, written atomically (a killed run leaves the old record whole)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+

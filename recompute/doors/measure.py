@@ -33,7 +33,7 @@ from recompute.capture.allocator import AllocatorMeter
 from recompute.core.storage import tensor_bytes
 from recompute.doors.execute import module_state
 
-__all__ = ["Measurement", "MemoryMeter", "measure", "interleaved", "BACKENDS", "default_loss"]
+__all__ = ["Measurement", "MemoryMeter", "measure", "interleaved", "training_step", "BACKENDS", "default_loss"]
 
 BACKENDS = ("cuda", "cpu", "fake")
 
@@ -321,6 +321,17 @@ def measure(
         backend, peak, param_bytes, grad_bytes, activation_peak, storage_peak, seconds=statistics.median(times),
         times=times, predicted_peak=predicted_peak,
     )
+
+
+def training_step(runner: Callable[..., Any], params: Sequence[torch.Tensor], inputs: tuple,
+                  loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> None:
+    """One step as a timed round runs it: forward, loss, backward, the gradients dropped (so that steps
+    are alike); on a GPU the step's kernels end before it returns, so a clock around it reads the step."""
+    loss_fn(runner(*inputs)).backward()
+    for p in params:
+        p.grad = None
+    if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].is_cuda:
+        torch.cuda.synchronize()
 
 
 def interleaved(steps: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
