@@ -93,7 +93,7 @@ def sweep(blocks: tuple[int, ...] = BLOCKS) -> dict:
                 backend="fake", points=[asdict(p) for p in points])
 
 
-def _fit(xs: list[float], ys: list[float]) -> float:
+def fit_through_origin(xs: list[float], ys: list[float]) -> float:
     """Least-squares c of y = c·x (through the origin)."""
     return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
 
@@ -114,8 +114,8 @@ def render(record: dict, out: Path = OUT) -> None:
     by = {m: sorted((p for p in points if p.method == m), key=lambda p: p.depth) for m in METHODS}
     depths = [p.depth for p in by["vanilla"]]
     gib = {m: [p.activation_peak_bytes / GIB for p in ps] for m, ps in by.items()}
-    a = _fit(depths, gib["vanilla"])
-    b = _fit([math.sqrt(d) for d in depths], gib["chen"])
+    a = fit_through_origin(depths, gib["vanilla"])
+    b = fit_through_origin([math.sqrt(d) for d in depths], gib["chen"])
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for m, style in zip(METHODS, ("o-", "s-", "^-")):
         ax.plot(depths, gib[m], style, ms=4, label=LABELS[m])

@@ -46,3 +46,11 @@ def siamese(branch: int = 3, mem: Sequence[int] | None = None, time: Sequence[in
     edges += [(branch + i, branch + i + 1) for i in range(branch - 1)]
     edges += [(branch - 1, n - 1), (2 * branch - 1, n - 1)]
     return Graph.from_edges(edges, mem or [1] * n, time or [1] * n)
+
+
+def ladder(steps: int) -> Graph:
+    """A two-layer RNN unrolled over ``steps``: a_t → a_{t+1}, a_t → b_t, b_t → b_{t+1} (a_t = 2t, b_t = 2t+1),
+    unit costs. Every cut across time holds both layers' state, so no node but the last lies on every path."""
+    edges = [(2 * t, 2 * t + 1) for t in range(steps)]
+    edges += [(2 * t + d, 2 * t + 2 + d) for t in range(steps - 1) for d in (0, 1)]
+    return Graph.from_edges(edges, [1] * 2 * steps, [1] * 2 * steps)

@@ -17,7 +17,7 @@ from recompute.planners.registry import InfeasibleBudget, Plan, methods
 from recompute.core.lowerset import split_candidates
 from recompute.core.families import TooManyLowerSets
 
-from .strategies import chain, dags, fig2_skip, siamese
+from .strategies import chain, dags, fig2_skip, ladder, siamese
 
 DPS = ("exactdp", "approxdp")
 FAST = settings(max_examples=60, deadline=None)
@@ -140,6 +140,15 @@ def test_chen_plans_valid(g: Graph, method: str) -> None:
     assert cands == {v for v in range(g.n) if lowerset.boundary(g, pruned[v]) == {v} and g.preds[v]}
 
 
+@FAST
+@given(dags())
+def test_boundaries_are_the_boundaries_of_the_pruned_family(g: Graph) -> None:
+    pruned = lowerset.pruned_lower_sets(g)
+    b = lowerset.boundaries(g)
+    assert all(set(np.flatnonzero(b[:, v]).tolist()) == lowerset.boundary(g, pruned[v]) for v in range(g.n))
+    assert lowerset.boundary_bytes(g).tolist() == [sum(int(g.mem[u]) for u in lowerset.boundary(g, s)) for s in pruned]
+
+
 # --- hand-checked shapes --------------------------------------------------------------------------
 
 
@@ -222,3 +231,18 @@ def test_graphs_of_one_program_with_other_costs_plan_with_their_own():
     recompute.plan(g, "approxdp", strategy="tc")  # the family of the flops costs, kept on the program
     again = recompute.plan(replace(g, time=other), "approxdp", strategy="tc")
     assert again.lower_sets == fresh.lower_sets and again.overhead == fresh.overhead
+
+
+def test_chen_least_boundary_cuts_an_unrolled_rnn() -> None:
+    g = ladder(32)  # Chen et al. §5.3: an LSTM has no articulation node to end a segment at
+    vanilla = recompute.plan(g, "vanilla")
+    assert recompute.plan(g, "chen").k == 1
+    p = recompute.plan(g, "chen", cuts="least_boundary")
+    assert_valid(g, p)
+    assert p.k > 4 and p.peak < vanilla.peak / 2
+    assert all(len(lowerset.boundary(g, s)) == 2 for s in p.lower_sets[:-1])  # each cut holds the two states
+
+
+def test_chen_rejects_an_unknown_cut() -> None:
+    with pytest.raises(ValueError, match="cuts='bridges' is not one of 'articulation', 'least_boundary'"):
+        recompute.plan(chain(4), "chen", cuts="bridges")

@@ -25,6 +25,8 @@ __all__ = [
     "cached_set",
     "overhead",
     "pruned_lower_sets",
+    "boundaries",
+    "boundary_bytes",
     "split_candidates",
 ]
 
@@ -122,6 +124,28 @@ def pruned_lower_sets(g: Graph) -> list[frozenset[int]]:
     return [frozenset(map(int, a[v].nonzero()[0])) for v in range(g.n)]
 
 
+def boundaries(g: Graph) -> np.ndarray:
+    """Boolean matrix B with B[u, v] true iff u ∈ ∂(L_v): every boundary of the pruned family at once.
+
+    Row by row over the nodes u (n² booleans, no n² float product, so that an unrolled RNN's graph of
+    tens of thousands of nodes fits): u ∈ ∂(L_v) iff u ∈ L_v and some successor of u is not in L_v.
+    """
+    in_lower = np.ascontiguousarray(g.ancestors_mask().T)  # row u: the v whose L_v holds u
+    b = np.zeros_like(in_lower)
+    for u, succs in enumerate(g.succs):
+        if succs:
+            b[u] = in_lower[u] & ~np.logical_and.reduce(in_lower[list(succs)], axis=0)
+    return b
+
+
+def boundary_bytes(g: Graph) -> np.ndarray:
+    """M(∂(L_v)) for every v: the bytes a segment ending at L_v keeps (int64, indexed by v)."""
+    total = np.zeros(g.n, dtype=np.int64)
+    for u, in_boundary in enumerate(boundaries(g)):  # row by row: a product would widen n² booleans to int64
+        total[in_boundary] += int(g.mem[u])
+    return total
+
+
 def split_candidates(g: Graph) -> list[int]:
     """Nodes v with ∂(L_v) = {v} that read some other node, in topological order (by |L_v|): the
     nodes every input-to-output path passes through, where Chen et al. (2016) end a segment
@@ -131,13 +155,8 @@ def split_candidates(g: Graph) -> list[int]:
     an input, and ending a segment there keeps the rest of the graph in one segment. This is what
     makes Fig. 2 (a skip from the first node to the last) unsegmentable, as the paper says.
     """
-    a = g.ancestors_mask()  # row v: L_v
-    succ = np.zeros((g.n, g.n), dtype=np.float32)
-    for u, w in g.edges:
-        succ[u, w] = 1.0
-    # reads_out[u, v] > 0 iff some successor of u lies outside L_v, i.e. u ∈ ∂(L_v) when u ∈ L_v.
-    reads_out = (succ @ (~a).T.astype(np.float32)) > 0
-    in_boundary = a.T & reads_out  # [u, v]: u ∈ ∂(L_v)
+    in_boundary = boundaries(g)
     only_self = in_boundary.sum(axis=0) == 1
     cands = [v for v in range(g.n) if only_self[v] and in_boundary[v, v] and g.preds[v]]
-    return sorted(cands, key=lambda v: int(a[v].sum()))
+    sizes = g.ancestors_mask().sum(axis=1)
+    return sorted(cands, key=lambda v: int(sizes[v]))

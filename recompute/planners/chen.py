@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from recompute.core.graph import Graph
-from recompute.core.lowerset import split_candidates
+from recompute.core.lowerset import boundary_bytes, split_candidates
 from recompute.planners.registry import InfeasibleBudget, Plan, register
 
 __all__ = ["chen", "chen_greedy"]
@@ -47,25 +47,42 @@ def _check_budget(p: Plan, budget: int | None) -> Plan:
     return p
 
 
+CUTS = ("articulation", "least_boundary")
+
+
 @register("chen")
-def chen(g: Graph, *, budget: int | None = None) -> Plan:
+def chen(g: Graph, *, budget: int | None = None, cuts: str = "articulation") -> Plan:
     """Chen's √n rule (§4.3 of Chen et al.): ≈ √n segments of ≈ √n nodes each.
 
-    For each j = 1 … k−1 with k = round(√#V), the split candidate whose |L_v| is closest to j·#V/k ends
-    a segment. ``budget`` is only checked: a plan whose eq. (2) peak exceeds it raises
-    :class:`InfeasibleBudget` (Chen's method has no other plan to offer).
+    For each j = 1 … k−1 with k = round(√#V), a lower set L_v with |L_v| near j·#V/k ends a segment:
+
+    - ``cuts="articulation"``: the split candidate (∂(L_v) = {v}) whose |L_v| is closest to j·#V/k.
+    - ``cuts="least_boundary"``: of the L_v with |L_v| within #V/2k of j·#V/k, the one whose boundary
+      ∂(L_v) holds the fewest bytes. This is Chen's mirror plan (Alg. 2) with a segment's whole boundary
+      kept, the way they segment an unrolled LSTM over time (§5.3): its (h, c) state crosses every cut,
+      so the graph has no articulation node inside to end a segment at.
+
+    ``budget`` is only checked: a plan whose peak exceeds it raises :class:`InfeasibleBudget` (Chen's
+    method has no other plan to offer).
     """
-    cands = split_candidates(g)
-    sizes = g.ancestors_mask()[cands].sum(axis=1)
+    if cuts not in CUTS:
+        raise ValueError(f"chen: cuts={cuts!r} is not one of {', '.join(map(repr, CUTS))}")
     k = max(1, round(math.sqrt(g.n)))
-    ends: list[int] = []
-    if cands:
+    sizes = g.ancestors_mask().sum(axis=1)
+    if cuts == "articulation":
+        cands = split_candidates(g)
+        ends = {cands[int(np.argmin(np.abs(sizes[cands] - j * g.n / k)))] for j in range(1, k)} if cands else set()
+    else:
+        cands = [v for v in range(g.n) if g.preds[v]]
+        kept = boundary_bytes(g)
+        ends = set()
         for j in range(1, k):
-            v = cands[int(np.argmin(np.abs(sizes - j * g.n / k)))]
-            if v not in ends:
-                ends.append(v)
-    ends.sort(key=cands.index)
-    p = Plan.from_sequence(g, _sequence(g, ends), method="chen", budget=budget, candidates=len(cands), splits=ends)
+            window = [v for v in cands if abs(sizes[v] - j * g.n / k) <= g.n / (2 * k)]
+            if window:
+                ends.add(min(window, key=lambda v: (int(kept[v]), abs(sizes[v] - j * g.n / k))))
+    order = sorted(ends, key=lambda v: (int(sizes[v]), v))
+    p = Plan.from_sequence(g, _sequence(g, order), method="chen", budget=budget, candidates=len(cands), splits=order,
+                           cuts=cuts)
     return _check_budget(p, budget)
 
 
