@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import beaumont_figures, chen_depth, claims, explain, explain_runs, feng_table1, figure4_paired, figures
+from . import beaumont_figures, chen_depth, chen_lstm, claims, explain, explain_runs, feng_table1, figure4_paired, figures
 
 __all__ = ["Rendered", "tables", "figure4_plot", "from_json", "TABLE_FILES"]
 
@@ -71,7 +71,7 @@ def from_json(src: Path, out: Path) -> list[str]:
     records not found (their stage has not been run: their artefacts are left as they are)."""
     out.mkdir(parents=True, exist_ok=True)
     missing = []
-    for name, mod in (("chen2016_depth", chen_depth), ("feng2018_table1", feng_table1),
+    for name, mod in (("chen2016_depth", chen_depth), ("chen2016_lstm", chen_lstm), ("feng2018_table1", feng_table1),
                       ("explanation_runs", explain_runs), ("figure4_paired", figure4_paired)):
         if (src / f"{name}.json").exists():
             mod.render(mod.load(src / f"{name}.json"), out / name)

@@ -3,7 +3,8 @@
 #   table1     Kusumoto et al. (2019) Table 1: 7 nets × 8 methods × DP memory model {paper, simulator}, paper
 #              batch and size, memory on `fake` (on `cuda` with DEVICE=cuda);
 #   max_batch  largest batch under DEVICE_GB GiB (default the paper's 11.4) per net × Figure 4 method, fake backend;
-#   chen       Chen et al. (2016): activation peak against ResNet depth, fake backend -> paper_figures/chen2016_depth.json;
+#   chen       Chen et al. (2016): activation peak against ResNet depth (Fig. 5) and against an unrolled LSTM's
+#              length (Fig. 6), fake backend -> paper_figures/chen2016_{depth,lstm}.json;
 #   explain    the networks that test Table 1's explanations (experiments.explain_runs, fake backend)
 #              -> paper_figures/explanation_runs.json;
 #   feng       Feng & Huang (2018) Table 1 (Re-forwarding, fake backend) -> paper_figures/feng2018_table1.json;
@@ -79,6 +80,8 @@ fi
 if stage chen; then
   echo "== Chen et al. (2016): memory vs depth -> paper_figures/chen2016_depth.json"
   clock "$PY" -m experiments.chen_depth --write
+  echo "== Chen et al. (2016): memory vs LSTM length -> paper_figures/chen2016_lstm.json"
+  clock "$PY" -m experiments.chen_lstm --write
 fi
 if stage explain; then
   echo "== the runs that test Table 1's explanations -> paper_figures/explanation_runs.json"

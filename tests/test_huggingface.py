@@ -133,3 +133,16 @@ def test_hugging_face_gradient_checkpointing_is_priced_at_scale():
     ids = torch.randint(0, 100, (4, 64))
     checkpointed = recompute.measure(model, (ids,), backend="fake")
     assert checkpointed.activation_peak_bytes < plain.activation_peak_bytes
+
+
+def test_the_llm_benchmark_finds_the_longest_sequence_each_method_fits():
+    from benchmarks import llm
+
+    peak = lambda length: 1000 + 3 * length  # noqa: E731
+    assert llm._longest(peak, 1000 + 3 * 1000) == 896  # the longest multiple of 128 that fits
+    assert llm._longest(peak, 1000) is None  # not even 128 tokens
+    tiny = llm.LanguageModel("tiny GPT-2", 2, 128, lambda length: transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(**SMALL, n_layer=2, n_embd=64, n_head=4, n_positions=max(length, 128), use_cache=False)))
+    plain, ours = llm.run_model(tiny, ["eager", "ours (default goal, time in FLOPs)"], [2**24], commit="test")
+    assert ours.peak_with_params < plain.peak_with_params  # planned at 128 tokens, priced on the fake backend
+    assert ours.longest["0.015625 GiB"] > plain.longest["0.015625 GiB"] == 128  # 16 MiB: eager's attention at 256 is over

@@ -409,6 +409,19 @@ def test_chens_headline_is_checked_where_the_sweep_reaches_it():
     assert chen_depth._claim(shallow) == ""  # a sweep short of 1,000 layers claims nothing
 
 
+def test_chens_lstm_claim_is_decided_only_where_both_ratios_agree():
+    from experiments import chen_lstm
+    point = lambda method, gib: chen_lstm.StepsPoint(512, 26000, method, int(gib * 2**30), int(gib * 2**30), 5, 1.0)  # noqa: E731
+    record = {"parameter_bytes": 2**30}
+    by = {"vanilla": [point("vanilla", 9.0)], "chen_least_boundary": [point("chen_least_boundary", 2.0)]}
+    text = chen_lstm._claim(record, by)
+    assert "at T = 512 plain training holds 9.00 GiB" in text and "4.5× less" in text and "claim holds here" in text
+    by["chen_least_boundary"] = [point("chen_least_boundary", 3.0)]  # 3.0× with gradients, 8.0/2.0 = 4.0× without
+    assert "at most 4.0× less" in chen_lstm._claim(record, by) and "does not hold" in chen_lstm._claim(record, by)
+    by["chen_least_boundary"] = [point("chen_least_boundary", 2.5)]  # 3.6×, at most 8/1.5 = 5.3×
+    assert "is undecided" in chen_lstm._claim(record, by)
+
+
 def test_beaumont_fig8_is_the_join_dp_at_a_fixed_memory():
     from experiments import beaumont_figures
     d = beaumont_figures.figure8()
