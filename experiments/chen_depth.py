@@ -15,18 +15,19 @@ curves: a·n fitted to vanilla and b·√n fitted to Chen's points (least square
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
 import shlex
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Iterator, Mapping
 
 import torch
 
 from .config import GIB
-from .record import load_artefact, write_artefact
+from .record import artefact_main, load_artefact
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ OUT = REPO / "paper_figures" / "chen2016_depth"
 BLOCKS = (1, 2, 4, 8, 16, 32, 48, 64, 84)  # bottlenecks per stage: depths 14 … 1010 (Chen's Fig. 5 spans 128 … 1024)
 CLAIM_DEPTH, CLAIM_FROM_GB, CLAIM_TO_GB = 1000, 48, 7  # "a 1,000-layer deep residual network from 48G to 7G" (their abstract)
 BATCH, SIZE = 32, 224
-METHODS = {"vanilla": ("vanilla", None), "chen": ("chen", None), "approxdp_mc": ("approxdp", "mc")}
+METHODS = {"vanilla": ("vanilla", {}), "chen": ("chen", {}), "approxdp_mc": ("approxdp", {"strategy": "mc"})}
 LABELS = {"vanilla": "vanilla", "chen": "Chen et al. √n segments", "approxdp_mc": "ours (ApproxDP + MC)"}
 
 
@@ -63,21 +64,27 @@ def resnet(blocks: int) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
     return model, (x,)
 
 
-def measure_depth(blocks: int) -> list[DepthPoint]:
-    """The three methods at one depth, each measured on the ``fake`` backend."""
+def measured_plans(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                   methods: Mapping[str, tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Any, Any, Any, float]]:
+    """Trace ``model`` once; then per method (name → planner and its options): the graph, the plan, one
+    step measured on the ``fake`` backend and the planner's wall seconds."""
     import recompute
     from recompute.doors.measure import default_loss
 
-    model, inputs = resnet(blocks)
     graph = recompute.trace(model, inputs, loss_fn=default_loss)
-    points = []
-    for name, (planner, strategy) in METHODS.items():
-        plan = recompute.plan(graph, planner, strategy=strategy)
+    for name, (planner, options) in methods.items():
+        start = time.perf_counter()
+        plan = recompute.plan(graph, planner, **options)
+        solve = time.perf_counter() - start
         runner = None if planner == "vanilla" else recompute.execute(graph, plan)
-        m = recompute.measure(model, inputs, runner=runner, backend="fake", iterations=1, warmup=0)
-        points.append(DepthPoint(blocks, 12 * blocks + 2, graph.n, name, m.peak_bytes, m.total_peak_bytes,
-                                 None if planner == "vanilla" else plan.k))
-    return points
+        yield name, graph, plan, recompute.measure(model, inputs, runner=runner, backend="fake", iterations=1, warmup=0), solve
+
+
+def measure_depth(blocks: int) -> list[DepthPoint]:
+    """The three methods at one depth, each measured on the ``fake`` backend."""
+    return [DepthPoint(blocks, 12 * blocks + 2, graph.n, name, m.peak_bytes, m.total_peak_bytes,
+                       None if name == "vanilla" else plan.k)
+            for name, graph, plan, m, _ in measured_plans(*resnet(blocks), METHODS)]
 
 
 def sweep(blocks: tuple[int, ...] = BLOCKS) -> dict:
@@ -103,36 +110,54 @@ def load(path: Path) -> dict:
     return load_artefact(path, "python -m experiments.chen_depth --write (stage chen of scripts/paper_figures.sh)")
 
 
-def render(record: dict, out: Path = OUT) -> None:
-    """``<out>.png`` (activation peak against depth, with the a·n and b·√n curves) and ``<out>.md`` (the table)."""
+def by_method(points: list[Any], methods: Mapping[str, Any], x: str) -> dict[str, list[Any]]:
+    """The points of each method, ordered by their attribute ``x``."""
+    return {m: sorted((p for p in points if p.method == m), key=lambda p: getattr(p, x)) for m in methods}
+
+
+def figure() -> tuple[Any, Any]:
+    """A figure and its axes, drawn off-screen."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = [DepthPoint(**p) for p in record["points"]]
-    by = {m: sorted((p for p in points if p.method == m), key=lambda p: p.depth) for m in METHODS}
-    depths = [p.depth for p in by["vanilla"]]
-    gib = {m: [p.activation_peak_bytes / GIB for p in ps] for m, ps in by.items()}
-    a = fit_through_origin(depths, gib["vanilla"])
-    b = fit_through_origin([math.sqrt(d) for d in depths], gib["chen"])
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for m, style in zip(METHODS, ("o-", "s-", "^-")):
-        ax.plot(depths, gib[m], style, ms=4, label=LABELS[m])
-    grid = [depths[0] + i * (depths[-1] - depths[0]) / 100 for i in range(101)]
-    ax.plot(grid, [a * d for d in grid], ":", color="0.4", label=f"{a:.3f}·n (linear, fit to vanilla)")
-    ax.plot(grid, [b * math.sqrt(d) for d in grid], "--", color="0.4", label=f"{b:.3f}·√n (fit to Chen)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")  # as Chen et al.'s Fig. 5: y = α·n^β is a line of slope β
-    ax.set(xlabel="depth n (weighted layers of the bottleneck ResNet)", ylabel="activation peak (GiB)")
-    ax.set_title(f"Chen et al. (2016) Fig. 5: memory vs depth, batch {record['batch_size']}, "
-                 f"{record['input_size']}², {record['backend']} backend", fontsize=10)
+    return plt.subplots(figsize=(6.4, 4.4))
+
+
+def save_loglog(fig: Any, ax: Any, record: dict, out: Path, *, xlabel: str, title: str, xbase: int = 10) -> None:
+    """Log-log axes (as Chen et al.'s Fig. 5 and 6: y = α·x^β is a line of slope β), the commit and command of
+    ``record`` stamped on the figure, written to ``<out>.png`` without a creation date (re-renders are identical)."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xscale("log", base=xbase)
+    ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel="activation peak (GiB)")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.text(0.01, 0.005, f"records at commit {record['git_commit'][:7]}: {record['command']}", fontsize=6, color="0.4")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     fig.savefig(out.with_suffix(".png"), dpi=130, metadata={"Software": None})
     plt.close(fig)
+
+
+def render(record: dict, out: Path = OUT) -> None:
+    """``<out>.png`` (activation peak against depth, with the a·n and b·√n curves) and ``<out>.md`` (the table)."""
+    by = by_method([DepthPoint(**p) for p in record["points"]], METHODS, "depth")
+    depths = [p.depth for p in by["vanilla"]]
+    gib = {m: [p.activation_peak_bytes / GIB for p in ps] for m, ps in by.items()}
+    a = fit_through_origin(depths, gib["vanilla"])
+    b = fit_through_origin([math.sqrt(d) for d in depths], gib["chen"])
+    fig, ax = figure()
+    for m, style in zip(METHODS, ("o-", "s-", "^-")):
+        ax.plot(depths, gib[m], style, ms=4, label=LABELS[m])
+    grid = [depths[0] + i * (depths[-1] - depths[0]) / 100 for i in range(101)]
+    ax.plot(grid, [a * d for d in grid], ":", color="0.4", label=f"{a:.3f}·n (linear, fit to vanilla)")
+    ax.plot(grid, [b * math.sqrt(d) for d in grid], "--", color="0.4", label=f"{b:.3f}·√n (fit to Chen)")
+    save_loglog(fig, ax, record, out, xlabel="depth n (weighted layers of the bottleneck ResNet)",
+                title=f"Chen et al. (2016) Fig. 5: memory vs depth, batch {record['batch_size']}, "
+                      f"{record['input_size']}², {record['backend']} backend")
     rows = ["| depth n | #V | " + " | ".join(f"{LABELS[m]} (GiB)" for m in METHODS) + " | Chen k | ours k |",
             "|---|---|" + "---|" * len(METHODS) + "---|---|"]
     for i, d in enumerate(depths):
@@ -165,17 +190,9 @@ def _claim(by: dict[str, list[DepthPoint]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    what = ap.add_mutually_exclusive_group(required=True)
-    what.add_argument("--write", action="store_true", help="measure, write the JSON record, render")
-    what.add_argument("--render", action="store_true", help="render the PNG and the table from the JSON record")
-    ap.add_argument("--blocks", type=int, nargs="+", default=list(BLOCKS), help="bottlenecks per stage")
-    args = ap.parse_args(argv)
-    json_path = OUT.with_suffix(".json")
-    if args.write:
-        write_artefact(json_path, sweep(tuple(args.blocks)))
-    render(load(json_path))
-
+    artefact_main(__doc__, OUT.with_suffix(".json"), lambda args: sweep(tuple(args.blocks)), render, load,
+                  lambda ap: ap.add_argument("--blocks", type=int, nargs="+", default=list(BLOCKS),
+                                             help="bottlenecks per stage"), argv)
 
 if __name__ == "__main__":
     main()

@@ -16,20 +16,18 @@ solve stays within minutes (``OURS_MAX_STEPS``: the DP's solve grows as a power 
 
 from __future__ import annotations
 
-import argparse
 import platform
 import shlex
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .chen_depth import fit_through_origin
+from .chen_depth import by_method, figure, fit_through_origin, measured_plans, save_loglog
 from .config import GIB
-from .record import load_artefact, write_artefact
+from .record import artefact_main, load_artefact
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,23 +89,10 @@ def lstm(steps: int) -> tuple[nn.Module, tuple[torch.Tensor]]:
 
 def measure_steps(steps: int) -> list[StepsPoint]:
     """Every method at one length, each measured on the ``fake`` backend (ours only up to OURS_MAX_STEPS)."""
-    import recompute
-    from recompute.doors.measure import default_loss
-
-    model, inputs = lstm(steps)
-    graph = recompute.trace(model, inputs, loss_fn=default_loss)
-    points = []
-    for name, (planner, options) in METHODS.items():
-        if name == "approxdp_mc" and steps > OURS_MAX_STEPS:
-            continue
-        start = time.perf_counter()
-        plan = recompute.plan(graph, planner, **options)
-        solve = time.perf_counter() - start
-        runner = None if planner == "vanilla" else recompute.execute(graph, plan)
-        m = recompute.measure(model, inputs, runner=runner, backend="fake", iterations=1, warmup=0)
-        points.append(StepsPoint(steps, graph.n, name, m.peak_bytes, m.total_peak_bytes,
-                                 None if planner == "vanilla" else plan.k, round(solve, 2)))
-    return points
+    methods = {m: how for m, how in METHODS.items() if m != "approxdp_mc" or steps <= OURS_MAX_STEPS}
+    return [StepsPoint(steps, graph.n, name, m.peak_bytes, m.total_peak_bytes, None if name == "vanilla" else plan.k,
+                       round(solve, 2))
+            for name, graph, plan, m, solve in measured_plans(*lstm(steps), methods)]
 
 
 def sweep(steps: tuple[int, ...] = STEPS) -> dict:
@@ -133,31 +118,17 @@ def load(path: Path) -> dict:
 
 def render(record: dict, out: Path = OUT) -> None:
     """``<out>.png`` (activation peak against T, log-log, with a·T fitted to vanilla) and ``<out>.md``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    points = [StepsPoint(**p) for p in record["points"]]
-    by = {m: sorted((p for p in points if p.method == m), key=lambda p: p.steps) for m in METHODS}
+    by = by_method([StepsPoint(**p) for p in record["points"]], METHODS, "steps")
     steps = [p.steps for p in by["vanilla"]]
     gib = {m: [p.activation_peak_bytes / GIB for p in ps] for m, ps in by.items()}
     a = fit_through_origin(steps, gib["vanilla"])
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = figure()
     for m, style in zip(METHODS, ("o-", "v-", "s-", "^-")):
         ax.plot([p.steps for p in by[m]], gib[m], style, ms=4, label=LABELS[m])
     ax.plot(steps, [a * t for t in steps], ":", color="0.4", label=f"{a:.4f}·T (linear, fit to vanilla)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")  # as Chen et al.'s Fig. 6: y = α·T^β is a line of slope β
-    ax.set(xlabel="unrolling steps T", ylabel="activation peak (GiB)")
-    ax.set_title(f"Chen et al. (2016) Fig. 6: {record['layers']}-layer LSTM, {record['hidden']} hidden, batch "
-                 f"{record['batch_size']}, {record['backend']} backend", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.text(0.01, 0.005, f"records at commit {record['git_commit'][:7]}: {record['command']}", fontsize=6, color="0.4")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    fig.savefig(out.with_suffix(".png"), dpi=130, metadata={"Software": None})
-    plt.close(fig)
+    save_loglog(fig, ax, record, out, xlabel="unrolling steps T", xbase=2,
+                title=f"Chen et al. (2016) Fig. 6: {record['layers']}-layer LSTM, {record['hidden']} hidden, batch "
+                      f"{record['batch_size']}, {record['backend']} backend")
     out.with_suffix(".md").write_text(_table(record, by, steps) + _claim(record, by))
 
 
@@ -199,17 +170,9 @@ def _claim(record: dict, by: dict[str, list[StepsPoint]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    what = ap.add_mutually_exclusive_group(required=True)
-    what.add_argument("--write", action="store_true", help="measure, write the JSON record, render")
-    what.add_argument("--render", action="store_true", help="render the PNG and the table from the JSON record")
-    ap.add_argument("--steps", type=int, nargs="+", default=list(STEPS), help="unrolling steps T")
-    args = ap.parse_args(argv)
-    json_path = OUT.with_suffix(".json")
-    if args.write:
-        write_artefact(json_path, sweep(tuple(args.steps)))
-    render(load(json_path))
-
+    artefact_main(__doc__, OUT.with_suffix(".json"), lambda args: sweep(tuple(args.steps)), render, load,
+                  lambda ap: ap.add_argument("--steps", type=int, nargs="+", default=list(STEPS), help="unrolling steps T"),
+                  argv)
 
 if __name__ == "__main__":
     main()

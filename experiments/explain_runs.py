@@ -23,7 +23,6 @@ difference is measured. The variants (:data:`VARIANTS`), each at the paper's bat
 
 from __future__ import annotations
 
-import argparse
 import platform
 import shlex
 import sys
@@ -39,7 +38,7 @@ from experiments import nets
 
 from .config import GIB
 from .feng_table1 import densenet_2018
-from .record import load_artefact, write_artefact
+from .record import artefact_main, load_artefact
 from .runner import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,18 +170,10 @@ def render(record: dict, out: Path = OUT) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    what = ap.add_mutually_exclusive_group(required=True)
-    what.add_argument("--write", action="store_true", help="measure, write the JSON record, render")
-    what.add_argument("--render", action="store_true", help="render the table from the JSON record")
-    ap.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS], default=[v.name for v in VARIANTS])
-    args = ap.parse_args(argv)
-    json_path = OUT.with_suffix(".json")
-    if args.write:
-        chosen = tuple(v for v in VARIANTS if v.name in args.variants)
-        write_artefact(json_path, sweep(chosen))
-    render(load(json_path))
-
+    artefact_main(__doc__, OUT.with_suffix(".json"),
+                  lambda args: sweep(tuple(v for v in VARIANTS if v.name in args.variants)), render, load,
+                  lambda ap: ap.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS],
+                                             default=[v.name for v in VARIANTS]), argv)
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,7 @@ Schema versions (``schema_version``):
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -28,13 +29,13 @@ import warnings
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Callable, Sequence, get_type_hints
 
 if TYPE_CHECKING:  # the record only reads these; importing recompute here would load torch for nothing
     import recompute
 
 __all__ = ["SCHEMA_VERSION", "Status", "RunRecord", "RecordError", "RecordWarning", "write", "read", "FIELDS", "NUMERIC_FIELDS",
-           "load_artefact", "write_artefact"]
+           "load_artefact", "write_artefact", "artefact_main"]
 
 SCHEMA_VERSION = 6
 
@@ -279,3 +280,20 @@ def write_artefact(path: Path, data: dict) -> None:
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)
 
+
+
+def artefact_main(doc: str, json_path: Path, measure: Callable[[argparse.Namespace], dict],
+                  render: Callable[[dict], None], load: Callable[[Path], dict],
+                  options: Callable[[argparse.ArgumentParser], None], argv: Sequence[str] | None = None) -> None:
+    """The command line of an artefact's experiment: ``--write`` measures (``measure`` of the parsed
+    arguments, which ``options`` adds), writes the JSON record at ``json_path`` and renders it;
+    ``--render`` renders from the record only."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--write", action="store_true", help="measure, write the JSON record, render")
+    what.add_argument("--render", action="store_true", help="render from the JSON record only")
+    options(ap)
+    args = ap.parse_args(argv)
+    if args.write:
+        write_artefact(json_path, measure(args))
+    render(load(json_path))
