@@ -4,7 +4,7 @@
     python -m experiments.figure4_paired --write --nets resnet50  # some networks (the others' points are kept)
     python -m experiments.figure4_paired --render                 # paper_figures/figure4_paired.{md,png} from the JSON
 
-Figure 4's first statistics (``figures.figure4_ordering``) compare iterations as if independent: five
+Figure 4's first statistics (Welch's t-tests, since removed) compared iterations as if independent: five
 back-to-back steps of one run, a vanilla pooled over four runs whose own means differ, 84 t-tests with no
 correction. Here each (network, batch) is timed as ``--rounds`` rounds; in each round every method —
 vanilla, Chen's √n segments, ApproxDP + TC and + MC (the paper's cost model, the simulator's memory model)

@@ -31,7 +31,7 @@ __all__ = [
     "TABLE1_METHODS", "OURS_ONLY", "EXACT_OF", "MC_OF", "multi_recompute", "BEST_MULTI", "FIGURE4_METHODS", "METHOD_LABELS", "PAPER_TABLE1_CSV", "NoRecords", "require_records",
     "paper_table1_wide", "paper_table1", "paper_scale", "table1", "table1_markdown", "write_table1", "max_batch_table", "max_batch_markdown",
     "figure4_records", "figure4", "execute_notebook", "DP_METHODS", "MEMORY_MODELS", "FLAG_POINTS", "TABLE1_COLUMNS",
-    "flagged", "provenance", "write_max_batch", "figure4_ordering", "figure4_markdown",
+    "flagged", "provenance", "write_max_batch", "figure4_markdown",
 ]
 
 TABLE1_METHODS = ["approxdp_mc", "approxdp_tc", "exactdp_mc", "exactdp_tc", "chen", "vanilla"]  # its column order
@@ -329,44 +329,20 @@ def figure4_records(df: pd.DataFrame, backend: str = "cpu", memory_model: str = 
     return pd.DataFrame(rows, columns=cols).sort_values(["net", "method", "batch_size"]).reset_index(drop=True)
 
 
-FIGURE4_PAIRS = (("approxdp_tc", "chen"), ("approxdp_mc", "chen"), ("approxdp_tc", "vanilla"), ("chen", "vanilla"))
-
-
-def figure4_ordering(timings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """The orderings Figure 4 could claim, tested: per (net, batch) and pair (a, b) of :data:`FIGURE4_PAIRS`,
-    Welch's t-test on their timed iterations; ``verdict`` says "a faster", "a slower" or "not
-    significant" (p ≥ ``alpha``, or fewer than 2 samples on a side)."""
-    from scipy import stats
-
-    rows = []
-    for (net, batch), g in timings.groupby(["net", "batch_size"], sort=True):
-        g = g.set_index("method")
-        for a, b in FIGURE4_PAIRS:
-            if a not in g.index or b not in g.index:
-                continue
-            xa, xb = g.at[a, "samples"], g.at[b, "samples"]
-            p = float(stats.ttest_ind(xa, xb, equal_var=False).pvalue) if min(len(xa), len(xb)) > 1 else float("nan")
-            verdict = "not significant" if not p < alpha else f"{METHOD_LABELS[a]} {'faster' if g.at[a, 'seconds'] < g.at[b, 'seconds'] else 'slower'}"
-            rows.append(dict(net=net, batch_size=int(batch), a=a, b=b, a_over_b=g.at[a, "seconds"] / g.at[b, "seconds"],
-                             p_value=p, verdict=verdict))
-    return pd.DataFrame(rows, columns=["net", "batch_size", "a", "b", "a_over_b", "p_value", "verdict"])
-
-
-def figure4_markdown(timings: pd.DataFrame, ordering: pd.DataFrame, backend: str) -> str:
-    """Mean ± std per point and every tested ordering, titled with the records' commit."""
+def figure4_markdown(timings: pd.DataFrame, backend: str) -> str:
+    """Mean ± std per point, titled with the records' commit: a description, no test (the paired design's
+    verdicts, :mod:`experiments.figure4_paired`, are Figure 4's claims)."""
     lines = ["| net | batch | input | " + " | ".join(f"{METHOD_LABELS[m]} s (mean ± std, n)" for m in FIGURE4_METHODS) + " |",
              "|---|---|---|" + "---|" * len(FIGURE4_METHODS)]
     for (net, batch), g in timings.groupby(["net", "batch_size"], sort=False):
         g = g.set_index("method")
         cell = lambda m: "–" if m not in g.index else f"{g.at[m, 'seconds']:.3f} ± {g.at[m, 'std']:.3f} ({g.at[m, 'n']})"  # noqa: E731
         lines.append(f"| {net} | {batch} | {int(g['time_input_size'].iloc[0])}² | " + " | ".join(cell(m) for m in FIGURE4_METHODS) + " |")
-    tests = ["| net | batch | a / b (mean time) | p (Welch) | verdict |", "|---|---|---|---|---|"]
-    tests += [f"| {r.net} | {r.batch_size} | {METHOD_LABELS[r.a]} / {METHOD_LABELS[r.b]} = {r.a_over_b:.2f} | "
-              f"{r.p_value:.3f} | {r.verdict} |" for r in ordering.itertuples()]
     return (f"Figure 4 timings on {backend} (seconds per forward+backward step), {provenance(timings)} by "
             "`bash scripts/paper_figures.sh` (stage figure4), rendered by `STAGES=notebook bash scripts/paper_figures.sh`. "
-            "Only the orderings whose verdict is not \"not significant\" (Welch's t-test, p < 0.05) are claims.\n\n"
-            + "\n".join(lines) + "\n\n" + "\n".join(tests))
+            "A description of each method's steps, not a comparison: five back-to-back steps are not independent "
+            "samples and vanilla pools four runs, so no ordering is tested here; the paired design above makes "
+            "Figure 4's claims.\n\n" + "\n".join(lines))
 
 
 def _linear_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:

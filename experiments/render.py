@@ -35,7 +35,6 @@ class Rendered:
     explanations: list[explain.Explanation]
     max_batch: pd.DataFrame
     timings: pd.DataFrame
-    ordering: pd.DataFrame
 
 
 def tables(df: pd.DataFrame, out: Path, device_memory_gb: float, time_backend: str) -> Rendered:
@@ -54,9 +53,8 @@ def tables(df: pd.DataFrame, out: Path, device_memory_gb: float, time_backend: s
         "and `max_batch.md` by `experiments/claims.py` (rendered by `STAGES=notebook bash scripts/paper_figures.sh`)."
         "\n\n" + claims.markdown(claims.claims(t1, mb)) + "\n")
     timings = figures.figure4_records(df, time_backend)
-    ordering = figures.figure4_ordering(timings)
-    (out / "figure4.md").write_text(figures.figure4_markdown(timings, ordering, time_backend) + "\n")
-    return Rendered(t1, explained, mb, timings, ordering)
+    (out / "figure4.md").write_text(figures.figure4_markdown(timings, time_backend) + "\n")
+    return Rendered(t1, explained, mb, timings)
 
 
 def figure4_plot(r: Rendered, out: Path, device_memory_gb: float, time_backend: str) -> None:
