@@ -7,7 +7,8 @@ Chen et al.'s setting (§5.3): a four-layer LSTM with 1,024 hidden units unrolle
 50-dimensional input at each step and a softmax over 5,000 classes; their claim: "the sub-linear plan gives
 more than 4x reduction over the optimized memory plan" (Fig. 6a, T = 64 … 2,048). We unroll it as they
 did, a loop over time of four ``nn.LSTMCell`` (``torch.nn.LSTM`` itself traces layer after layer, with an
-articulation node between layers), and measure one training step on the ``fake`` backend: plain
+articulation node between layers), each step's softmax cross-entropy taken at that step (one output layer
+over all steps stacked would hold T steps' logits at once, a linear term no segmentation removes), and measure one training step on the ``fake`` backend: plain
 training, Chen's √n segmentation with its two kinds of cut (``chen``'s ``cuts``: articulation nodes, of
 which the unrolled graph has almost none, and the least-boundary lower sets that cut across the (h, c)
 state the way Chen et al. segment over time) and ours (ApproxDP + MC at its smallest budget) where its
@@ -43,24 +44,24 @@ LABELS = {"vanilla": "vanilla", "chen": "Chen √n, articulation cuts",
 
 
 class UnrolledLSTM(nn.Module):
-    """Chen et al.'s LSTM unrolled over time: at each step the four cells in turn, then one linear layer
-    over the stacked top-layer outputs (the softmax is the loss's)."""
+    """Chen et al.'s LSTM unrolled over time: at each step the four cells in turn, then the step's softmax
+    over the classes against its target; the step's loss is the sum over steps."""
 
     def __init__(self, layers: int = LAYERS, hidden: int = HIDDEN, inputs: int = INPUT, classes: int = CLASSES):
         super().__init__()
         self.cells = nn.ModuleList(nn.LSTMCell(inputs if i == 0 else hidden, hidden) for i in range(layers))
         self.out = nn.Linear(hidden, classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         state: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.cells)
-        tops = []
-        for step in x.unbind(0):
+        loss = x.new_zeros(())
+        for step, target in zip(x.unbind(0), targets.unbind(0)):
             h = step
             for i, cell in enumerate(self.cells):
                 state[i] = cell(h, state[i])
                 h = state[i][0]
-            tops.append(h)
-        return self.out(torch.stack(tops))
+            loss = loss + nn.functional.cross_entropy(self.out(h), target, reduction="sum")
+        return loss
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,16 @@ class StepsPoint:
     solve_seconds: float  # the planner's wall time
 
 
-def lstm(steps: int) -> tuple[nn.Module, tuple[torch.Tensor]]:
-    """The unrolled LSTM and a fake input of ``steps`` × batch 64 × 50."""
+def lstm(steps: int) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """The unrolled LSTM, a fake input of ``steps`` × batch 64 × 50 and the fake targets of every step."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     torch.manual_seed(0)
     model = UnrolledLSTM()
     with FakeTensorMode(allow_non_fake_inputs=True):
         x = torch.randn(steps, BATCH, INPUT)
-    return model, (x,)
+        targets = torch.randint(0, CLASSES, (steps, BATCH))
+    return model, (x, targets)
 
 
 def measure_steps(steps: int) -> list[StepsPoint]:
