@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .chen_depth import by_method, figure, fit_through_origin, measured_plans, save_loglog
+from . import kernels
 from .config import GIB
 from .record import artefact_main, load_artefact
 from .runner import git_commit
@@ -99,6 +100,7 @@ def measure_steps(steps: int) -> list[StepsPoint]:
 
 def sweep(steps: tuple[int, ...] = STEPS) -> dict:
     """Every length in ``steps``, with what made it (commit, command, torch), as the JSON record."""
+    kernels.load({planner for planner, _ in METHODS.values()})  # numba's one-off load is no planner's solve time
     points = []
     for t in steps:
         fresh = measure_steps(t)
