@@ -4,6 +4,8 @@ sequence that fits a memory budget, under PyTorch's methods and ours (``fake`` b
     python -m benchmarks.llm            # print the tables
     python -m benchmarks.llm --write    # and docs/models.md, paper_figures/llm_sequence.{json,png}
 
+A killed run resumes: every step priced is kept in ``paper_figures/llm_peaks.json`` (for its commit).
+
 Two Hugging Face models built from configs (random weights, nothing downloaded): GPT-2 (124 M
 parameters) at batch 8 and 1024 tokens, and a Llama-style model of 1.1 B parameters (22 layers,
 hidden 2048, grouped-query attention with 32 heads over 4 key-value heads, like TinyLlama) at batch 4
@@ -49,6 +51,7 @@ ADAM = 8  # bytes a parameter of AdamW's two float32 moments
 BUDGETS = (24 * GIB, 80 * GIB)
 STEP = 128  # sequence lengths searched in multiples of this
 FIGURES = REPO / "paper_figures"
+PEAKS = FIGURES / "llm_peaks.json"  # every (model, method, length) priced, for a run that resumes
 
 
 @dataclass(frozen=True)
@@ -154,19 +157,41 @@ class Row:
     commit: str = ""
 
 
-def run_model(lm: LanguageModel, methods: Sequence[str], budgets: Sequence[int], commit: str) -> list[Row]:
+class Peaks:
+    """Every step priced so far, kept in :data:`PEAKS` (written atomically after each one) so that a killed
+    run resumes where it stopped; a file of another commit is started afresh (its code priced it)."""
+
+    def __init__(self, path: Path, commit: str):
+        self.path, self.commit = path, commit
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        self.bytes: dict[str, int] = stored.get("peaks", {}) if stored.get("commit") == commit else {}
+
+    def get(self, key: str, price: Callable[[], int]) -> int:
+        if key not in self.bytes:
+            self.bytes[key] = price()
+            text = json.dumps({"commit": self.commit, "peaks": self.bytes}, indent=1)
+            write_atomic(self.path, lambda tmp: Path(tmp).write_text(text))
+        return self.bytes[key]
+
+
+def run_model(lm: LanguageModel, methods: Sequence[str], budgets: Sequence[int], commit: str,
+              peaks: Peaks | None = None) -> list[Row]:
+    """Each method's peak at the model's size and its longest sequence per budget; ``peaks`` keeps
+    (and resumes from) every step priced."""
     rows = []
     for label in methods:
         start = time.perf_counter()
-        peaks: dict[int, int] = {}
 
+        def price(length: int) -> int:
+            model = lm.build(length).train()
+            params = sum(p.numel() for p in model.parameters())
+            peak = METHODS[label](model, _ids(model, lm.batch, length)) + params * 4 + ADAM * params
+            print(f"{lm.name} {label} at {length} tokens: {peak / GIB:.2f} GiB", flush=True)
+            return peak
+
+        @functools.cache
         def peak(length: int) -> int:
-            if length not in peaks:
-                model = lm.build(length).train()
-                params = sum(p.numel() for p in model.parameters())
-                peaks[length] = METHODS[label](model, _ids(model, lm.batch, length)) + params * 4 + ADAM * params
-                print(f"{lm.name} {label} at {length} tokens: {peaks[length] / GIB:.2f} GiB", flush=True)
-            return peaks[length]
+            return price(length) if peaks is None else peaks.get(f"{lm.name} | {label} | {length}", lambda: price(length))
 
         longest = {f"{b / GIB:g} GiB": _longest(peak, b) for b in budgets}
         rows.append(Row(lm.name, label, lm.batch, lm.length, peak(lm.length), longest, time.perf_counter() - start, commit))
@@ -224,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--write", action="store_true", help="update docs/models.md and paper_figures/llm_sequence.*")
     args = parser.parse_args(argv)
     commit = head_commit()
-    rows = [r for lm in MODELS if lm.name in args.models for r in run_model(lm, args.methods, BUDGETS, commit)]
+    peaks = Peaks(PEAKS, commit)
+    rows = [r for lm in MODELS if lm.name in args.models for r in run_model(lm, args.methods, BUDGETS, commit, peaks)]
     text = table(rows)
     print(text)
     if args.write:

@@ -135,7 +135,7 @@ def test_hugging_face_gradient_checkpointing_is_priced_at_scale():
     assert checkpointed.activation_peak_bytes < plain.activation_peak_bytes
 
 
-def test_the_llm_benchmark_finds_the_longest_sequence_each_method_fits():
+def test_the_llm_benchmark_finds_the_longest_sequence_each_method_fits(tmp_path, monkeypatch):
     from benchmarks import llm
 
     peak = lambda length: 1000 + 3 * length  # noqa: E731
@@ -143,6 +143,10 @@ def test_the_llm_benchmark_finds_the_longest_sequence_each_method_fits():
     assert llm._longest(peak, 1000) is None  # not even 128 tokens
     tiny = llm.LanguageModel("tiny GPT-2", 2, 128, lambda length: transformers.GPT2LMHeadModel(
         transformers.GPT2Config(**SMALL, n_layer=2, n_embd=64, n_head=4, n_positions=max(length, 128), use_cache=False)))
-    plain, ours = llm.run_model(tiny, ["eager", "ours (default goal, time in FLOPs)"], [2**24], commit="test")
+    methods = ["eager", "ours (default goal, time in FLOPs)"]
+    plain, ours = llm.run_model(tiny, methods, [2**24], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))
     assert ours.peak_with_params < plain.peak_with_params  # planned at 128 tokens, priced on the fake backend
     assert ours.longest["0.015625 GiB"] > plain.longest["0.015625 GiB"] == 128  # 16 MiB: eager's attention at 256 is over
+    monkeypatch.setitem(llm.METHODS, "eager", None)  # a resumed run prices nothing it has stored
+    assert llm.run_model(tiny, methods[:1], [2**24], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))[0].longest == plain.longest
+    assert llm.Peaks(tmp_path / "peaks.json", "another commit").bytes == {}
