@@ -124,13 +124,14 @@ def pruned_lower_sets(g: Graph) -> list[frozenset[int]]:
     return [frozenset(map(int, a[v].nonzero()[0])) for v in range(g.n)]
 
 
-def boundaries(g: Graph) -> np.ndarray:
+def boundaries(g: Graph, ancestors: np.ndarray | None = None) -> np.ndarray:
     """Boolean matrix B with B[u, v] true iff u ∈ ∂(L_v): every boundary of the pruned family at once.
 
     Row by row over the nodes u (n² booleans, no n² float product, so that an unrolled RNN's graph of
     tens of thousands of nodes fits): u ∈ ∂(L_v) iff u ∈ L_v and some successor of u is not in L_v.
+    ``ancestors`` is ``g.ancestors_mask()`` where the caller has it already.
     """
-    in_lower = np.ascontiguousarray(g.ancestors_mask().T)  # row u: the v whose L_v holds u
+    in_lower = np.ascontiguousarray((g.ancestors_mask() if ancestors is None else ancestors).T)  # row u: the v whose L_v holds u
     b = np.zeros_like(in_lower)
     for u, succs in enumerate(g.succs):
         if succs:
@@ -138,10 +139,10 @@ def boundaries(g: Graph) -> np.ndarray:
     return b
 
 
-def boundary_bytes(g: Graph) -> np.ndarray:
+def boundary_bytes(g: Graph, ancestors: np.ndarray | None = None) -> np.ndarray:
     """M(∂(L_v)) for every v: the bytes a segment ending at L_v keeps (int64, indexed by v)."""
     total = np.zeros(g.n, dtype=np.int64)
-    for u, in_boundary in enumerate(boundaries(g)):  # row by row: a product would widen n² booleans to int64
+    for u, in_boundary in enumerate(boundaries(g, ancestors)):  # row by row: a product would widen n² booleans to int64
         total[in_boundary] += int(g.mem[u])
     return total
 
@@ -155,8 +156,9 @@ def split_candidates(g: Graph) -> list[int]:
     an input, and ending a segment there keeps the rest of the graph in one segment. This is what
     makes Fig. 2 (a skip from the first node to the last) unsegmentable, as the paper says.
     """
-    in_boundary = boundaries(g)
+    a = g.ancestors_mask()
+    in_boundary = boundaries(g, a)
     only_self = in_boundary.sum(axis=0) == 1
     cands = [v for v in range(g.n) if only_self[v] and in_boundary[v, v] and g.preds[v]]
-    sizes = g.ancestors_mask().sum(axis=1)
+    sizes = a.sum(axis=1)
     return sorted(cands, key=lambda v: int(sizes[v]))

@@ -68,13 +68,14 @@ def chen(g: Graph, *, budget: int | None = None, cuts: str = "articulation") -> 
     if cuts not in CUTS:
         raise ValueError(f"chen: cuts={cuts!r} is not one of {', '.join(map(repr, CUTS))}")
     k = max(1, round(math.sqrt(g.n)))
-    sizes = g.ancestors_mask().sum(axis=1)
+    a = g.ancestors_mask()
+    sizes = a.sum(axis=1)
     if cuts == "articulation":
         cands = split_candidates(g)
         ends = {cands[int(np.argmin(np.abs(sizes[cands] - j * g.n / k)))] for j in range(1, k)} if cands else set()
     else:
         cands = [v for v in range(g.n) if g.preds[v]]
-        kept = boundary_bytes(g)
+        kept = boundary_bytes(g, a)
         ends = set()
         for j in range(1, k):
             window = [v for v in cands if abs(sizes[v] - j * g.n / k) <= g.n / (2 * k)]
