@@ -35,7 +35,7 @@ import copy
 import functools
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -95,31 +95,40 @@ def _ids(model: torch.nn.Module, batch: int, length: int) -> torch.Tensor:
         return torch.empty(batch, length, dtype=torch.long)
 
 
-Method = Callable[[torch.nn.Module, torch.Tensor], int]  # → the step's peak (bytes, fake backend, no parameters)
+@dataclass(frozen=True)
+class Step:
+    """A training step priced: its peak (bytes, ``fake`` backend, parameters not counted) and, where the
+    method models it, its time (× plain training's step, in the FLOPs the plan was chosen by)."""
+
+    peak: int
+    time: float | None = None
 
 
-def _eager(model: torch.nn.Module, ids: torch.Tensor) -> int:
-    return recompute.measure(model, (ids,), backend="fake").peak_bytes
+Method = Callable[[torch.nn.Module, torch.Tensor], Step]
 
 
-def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> int:
+def _eager(model: torch.nn.Module, ids: torch.Tensor) -> Step:
+    return Step(recompute.measure(model, (ids,), backend="fake").peak_bytes, 1.0)
+
+
+def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     model.gradient_checkpointing_enable()
     try:
-        return recompute.measure(model, (ids,), backend="fake").peak_bytes
+        return Step(recompute.measure(model, (ids,), backend="fake").peak_bytes)
     finally:
         model.gradient_checkpointing_disable()
 
 
-def _sac(model: torch.nn.Module, ids: torch.Tensor) -> int:
+def _sac(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     sac = recompute.optimize(model, method="torch_sac")
-    return recompute.measure(model, (ids,), runner=sac, backend="fake").peak_bytes
+    return Step(recompute.measure(model, (ids,), runner=sac, backend="fake").peak_bytes)
 
 
-def _compiled(model: torch.nn.Module, ids: torch.Tensor) -> int:
+def _compiled(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     meta = torch.empty(ids.shape, dtype=ids.dtype, device="meta")
     c = partitions.capture(model.to("meta"), [meta])
     fw, bw = partitions.torch_partition(c, 0.5)
-    return partitions.price(c, fw, bw, _NoTime()).peak - c.param_bytes
+    return Step(partitions.price(c, fw, bw, _NoTime()).peak - c.param_bytes)
 
 
 class _NoTime:
@@ -129,9 +138,10 @@ class _NoTime:
         return 0.0
 
 
-def _ours(model: torch.nn.Module, ids: torch.Tensor) -> int:
+def _ours(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     m = recompute.optimize(model, cost_model="flops")
-    return recompute.measure(model, (ids,), runner=m, backend="fake").peak_bytes
+    peak = recompute.measure(model, (ids,), runner=m, backend="fake").peak_bytes
+    return Step(peak, m.plan.time_ratio)
 
 
 METHODS: dict[str, Method] = {
@@ -152,6 +162,7 @@ class Row:
     batch: int
     length: int
     peak_with_params: int | None
+    time: float | None  # modelled, × plain training's step (None: not modelled)
     longest: dict[str, int | None]
     seconds: float
     commit: str = ""
@@ -164,14 +175,15 @@ class Peaks:
     def __init__(self, path: Path, commit: str):
         self.path, self.commit = path, commit
         stored = json.loads(path.read_text()) if path.exists() else {}
-        self.bytes: dict[str, int] = stored.get("peaks", {}) if stored.get("commit") == commit else {}
+        self.steps: dict[str, Step] = ({k: Step(*v) for k, v in stored.get("steps", {}).items()}
+                                       if stored.get("commit") == commit else {})
 
-    def get(self, key: str, price: Callable[[], int]) -> int:
-        if key not in self.bytes:
-            self.bytes[key] = price()
-            text = json.dumps({"commit": self.commit, "peaks": self.bytes}, indent=1)
+    def get(self, key: str, price: Callable[[], Step]) -> Step:
+        if key not in self.steps:
+            self.steps[key] = price()
+            text = json.dumps({"commit": self.commit, "steps": {k: [s.peak, s.time] for k, s in self.steps.items()}}, indent=1)
             write_atomic(self.path, lambda tmp: Path(tmp).write_text(text))
-        return self.bytes[key]
+        return self.steps[key]
 
 
 def run_model(lm: LanguageModel, methods: Sequence[str], budgets: Sequence[int], commit: str,
@@ -182,40 +194,75 @@ def run_model(lm: LanguageModel, methods: Sequence[str], budgets: Sequence[int],
     for label in methods:
         start = time.perf_counter()
 
-        def price(length: int) -> int:
+        def price(length: int) -> Step:
             model = lm.build(length).train()
             params = sum(p.numel() for p in model.parameters())
-            peak = METHODS[label](model, _ids(model, lm.batch, length)) + params * 4 + ADAM * params
-            print(f"{lm.name} {label} at {length} tokens: {peak / GIB:.2f} GiB", flush=True)
-            return peak
+            step = METHODS[label](model, _ids(model, lm.batch, length))
+            step = replace(step, peak=step.peak + params * 4 + ADAM * params)
+            print(f"{lm.name} {label} at {length} tokens: {step.peak / GIB:.2f} GiB", flush=True)
+            return step
 
-        @functools.cache
-        def peak(length: int) -> int:
-            return price(length) if peaks is None else peaks.get(f"{lm.name} | {label} | {length}", lambda: price(length))
+        priced: dict[int, Step] = {}
 
-        longest = {f"{b / GIB:g} GiB": _longest(peak, b) for b in budgets}
-        rows.append(Row(lm.name, label, lm.batch, lm.length, peak(lm.length), longest, time.perf_counter() - start, commit))
+        def at(length: int) -> Step:
+            if length not in priced:
+                key = f"{lm.name} | {label} | {length}"
+                priced[length] = price(length) if peaks is None else peaks.get(key, lambda: price(length))
+            return priced[length]
+
+        here = at(lm.length)
+        longest = {f"{b / GIB:g} GiB": _longest(lambda n: at(n).peak, b, known=sorted(priced)) for b in budgets}
+        rows.append(Row(lm.name, label, lm.batch, lm.length, here.peak, here.time, longest,
+                        time.perf_counter() - start, commit))
     return rows
 
 
-def _longest(peak: Callable[[int], int], budget: int, cap: int = 2**17) -> int | None:
-    """The longest multiple of :data:`STEP` whose ``peak`` fits ``budget``: doubling, then bisection."""
+def _longest(peak: Callable[[int], int], budget: int, cap: int = 2**17, known: Sequence[int] = ()) -> int | None:
+    """The longest multiple of :data:`STEP` up to ``cap`` whose ``peak`` (rising with the length) fits
+    ``budget``, from the lengths ``known`` (priced already) on. A length priced may cost minutes
+    (``recompute.optimize`` plans each one), so the next is where the line through the two nearest
+    priced lengths meets the budget (a peak grows about linearly with the length), kept a
+    :data:`STEP` inside the bracket, and every other probe in a bracket its midpoint: bisection's
+    bound on the probes, a few in practice."""
     if peak(STEP) > budget:
         return None
-    lo, hi = STEP, 2 * STEP
-    while hi <= cap and peak(hi) <= budget:
-        lo, hi = hi, 2 * hi
-    while hi - lo > STEP:
-        mid = (lo + hi) // 2 // STEP * STEP
-        lo, hi = (mid, hi) if peak(mid) <= budget else (lo, mid)
+    lo, hi = STEP, None  # the longest length known to fit, the shortest known not to
+    for n in known:
+        if n % STEP == 0 and STEP < n <= cap:
+            lo, hi = (max(lo, n), hi) if peak(n) <= budget else (lo, n if hi is None else min(hi, n))
+    below = max((n for n in (STEP, *known) if n < lo and n % STEP == 0), default=STEP)
+    interpolate = True
+    while hi is None or hi - lo > STEP:
+        if hi is None:  # beyond the longest that fits: the line through the two longest that fit, 20% over
+            if lo == cap:
+                return cap
+            slope = (peak(lo) - peak(below)) / (lo - below) if lo > below else 0
+            guess = lo + (budget - peak(lo)) / slope * 1.2 if slope > 0 else 2 * lo
+            n = min(cap, max(lo + STEP, min(4 * lo, _multiple(guess))))
+        elif interpolate:
+            guess = lo + (budget - peak(lo)) * (hi - lo) / max(peak(hi) - peak(lo), 1)
+            n = min(hi - STEP, max(lo + STEP, _multiple(guess)))
+        else:
+            n = (lo + hi) // 2 // STEP * STEP
+        interpolate = hi is None or not interpolate
+        if peak(n) <= budget:
+            below, lo = lo, n
+        else:
+            hi = n
     return lo
+
+
+def _multiple(length: float) -> int:
+    return int(length) // STEP * STEP
 
 
 def table(rows: Sequence[Row]) -> str:
     budgets = list(rows[0].longest)
     return markdown_table(
-        ["model", "method", "peak at batch × length (GiB, with parameters and AdamW)", *(f"longest sequence in {b}" for b in budgets)],
+        ["model", "method", "peak at batch × length (GiB, with parameters and AdamW)",
+         "modelled time (× plain, FLOPs)", *(f"longest sequence in {b}" for b in budgets)],
         [[r.model, r.method, f"{r.peak_with_params / GIB:.2f} at {r.batch} × {r.length}",
+          "–" if r.time is None else f"{r.time:.2f}",
           *(f"{r.longest[b]:,}" if r.longest[b] else "none" for b in budgets)] for r in rows])
 
 

@@ -138,16 +138,22 @@ def test_hugging_face_gradient_checkpointing_is_priced_at_scale():
 def test_the_llm_benchmark_finds_the_longest_sequence_each_method_fits(tmp_path, monkeypatch):
     from benchmarks import llm
 
-    peak = lambda length: 1000 + 3 * length  # noqa: E731
-    assert llm._longest(peak, 1000 + 3 * 1000) == 896  # the longest multiple of 128 that fits
-    assert llm._longest(peak, 1000) is None  # not even 128 tokens
+    for peak in (lambda n: 1000 + 3 * n, lambda n: 10**6 + 50 * n + n * n // 7):  # linear, and a T × T term
+        for budget in (1000 + 3 * 1000, 10**6 + 3 * 10**5, 2 * 10**7, 10**10):
+            for known in ((), (1024,), (256, 4096)):
+                probed = []
+                found = llm._longest(lambda n: probed.append(n) or peak(n), budget, cap=2**15, known=known)
+                fits = [n for n in range(128, 2**15 + 1, 128) if peak(n) <= budget]
+                assert found == (fits[-1] if fits else None), (budget, known)
+                assert len(set(probed)) <= 16  # interpolation, where bisection from 128 would take up to 16
     tiny = llm.LanguageModel("tiny GPT-2", 2, 128, lambda length: transformers.GPT2LMHeadModel(
         transformers.GPT2Config(**SMALL, n_layer=2, n_embd=64, n_head=4, n_positions=max(length, 128), use_cache=False)))
     methods = ["eager", "ours (default goal, time in FLOPs)"]
     plain, ours = llm.run_model(tiny, methods, [2**23], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))
     assert ours.peak_with_params < plain.peak_with_params  # planned at 128 tokens, priced on the fake backend
+    assert plain.time == 1 and 1 < ours.time <= 1.3  # the default goal: the least peak within 1.3× plain training
     assert plain.longest == {"0.0078125 GiB": None} and ours.longest == {"0.0078125 GiB": 128}  # 8 MiB
     monkeypatch.setitem(llm.METHODS, "eager", None)  # a resumed run prices nothing it has stored
     again = llm.run_model(tiny, methods[:1], [2**23], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))[0]
-    assert (again.peak_with_params, again.longest) == (plain.peak_with_params, plain.longest)
-    assert llm.Peaks(tmp_path / "peaks.json", "another commit").bytes == {}
+    assert (again.peak_with_params, again.time, again.longest) == (plain.peak_with_params, plain.time, plain.longest)
+    assert llm.Peaks(tmp_path / "peaks.json", "another commit").steps == {}

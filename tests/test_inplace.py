@@ -11,6 +11,7 @@ from recompute.core.fxnodes import out_overload
 from recompute.capture.timing import schedule_calls
 from recompute.doors.measure import default_loss, measure
 from recompute.pricing.simulate import simulate
+from recompute.rewrites.inplace import simulated_in_place
 
 from .test_remat import _Bottlenecks
 from recompute.rewrites.pipeline import with_in_place
@@ -59,3 +60,26 @@ def test_a_dense_block_runs_its_relus_and_gradient_sums_in_place_bitwise_at_the_
     conv = recompute.trace(torch.nn.Conv2d(3, 4, 3), inputs)  # no pointwise op: nothing in place
     vanilla = recompute.plan(conv, "vanilla")
     assert not with_in_place(vanilla, conv).runs(conv).into and with_in_place(vanilla, conv).peak == vanilla.peak
+
+
+def test_the_lifetimes_found_while_writing_in_place_are_those_of_the_schedule_it_makes():
+    """:func:`simulated_in_place` prices a schedule from the lifetimes :func:`in_place` tracks as it
+    chooses the writes (a search judges thousands of schedules): they equal ``lifetimes()`` of the
+    schedule it returns, storage by storage, on plans whose values are computed more than once too."""
+    from recompute.pricing.simulate import lifetimes
+    from recompute.rewrites.inplace import _written
+    from recompute.rewrites.peak import recompute_at_peak
+
+    torch.manual_seed(0)
+    g = recompute.trace(_Bottlenecks(), (torch.randn(2, 3, 16, 16),), loss_fn=default_loss, workspaces=False)
+    p, checked = g.program, 0
+    for method, strategy in (("vanilla", None), ("chen", None), ("approxdp", "tc"), ("approxdp", "mc")):
+        s = recompute.plan(g, method, strategy=strategy).runs(g)
+        for schedule in (s, recompute_at_peak(g, s)):
+            written, life = _written(p, schedule)
+            want = lifetimes(p, written)
+            assert written.into and life.creates == want.creates and life.last == want.last
+            assert life.tangents == want.tangents and life.moved == want.moved
+            assert simulated_in_place(p)(schedule).live.tolist() == simulate(p, written).live.tolist()
+            checked += 1
+    assert checked == 8

@@ -30,7 +30,7 @@ from recompute.core.storage import StorageTable, joint_table
 if TYPE_CHECKING:
     from recompute.capture.trace import Program
 
-__all__ = ["Simulation", "Lifetimes", "lifetimes", "simulate", "simulate_partition"]
+__all__ = ["Simulation", "Lifetimes", "lifetimes", "simulate", "replay", "simulate_partition"]
 
 
 @dataclass
@@ -142,14 +142,21 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
                 copy[inst] = copy[reads[0]]
             life.creates.append([])
     last, n = life.last, len(s.steps)
-    held: dict[Instance, list[tuple[int, int]]] = {}  # what a read of each instance keeps alive, found once
+    # what a read of each instance keeps alive, found once; the steps rise, so its last read so far
+    # is its last: the read loop below runs once per read of a schedule a search judges thousands of
+    held: dict[Instance, int] = {}
     for step, reads in enumerate(s.reads):
         for r in reads:
-            sts = held.get(r)
-            if sts is None:
-                sts = held[r] = life.storages(r)
-            for st in sts:
-                last[st] = step  # the steps rise: this read is the last so far
+            held[r] = step
+    copy_of, storages_of, moved = life.copy.get, life.table.by_name[1].get, life.moved.get
+    for r, step in held.items():  # life.storages(r), inlined
+        c = copy_of(r)
+        if c is None:
+            continue
+        for st in storages_of(r[0], ()):
+            key = moved((st, c), (st, c))
+            if last.get(key, -1) < step:
+                last[key] = step
     for step, insts in s.release.items():
         for r in insts:
             _extend(last, life.storages(r), step)
@@ -165,7 +172,11 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
 
 def simulate(p: "Program", s: Schedule) -> Simulation:
     """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
-    life = lifetimes(p, s)
+    return replay(p, s, lifetimes(p, s))
+
+
+def replay(p: "Program", s: Schedule, life: Lifetimes) -> Simulation:
+    """:func:`simulate` of ``s`` whose lifetimes ``life`` (``lifetimes(p, s)``) are known."""
     transient = [p.workspace.get(name, 0) for name, _ in s.steps] if p.workspace else None
     return _replay(life.table.size, life.creates, life.last, s.backward_start, life.tangents, transient)
 
