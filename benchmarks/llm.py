@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 import recompute
 from benchmarks import partitions
@@ -89,8 +93,6 @@ MODELS = (LanguageModel("GPT-2 124M", 8, 1024, _gpt2), LanguageModel("Llama 1.1B
 
 
 def _ids(model: torch.nn.Module, batch: int, length: int) -> torch.Tensor:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     with FakeTensorMode():
         return torch.empty(batch, length, dtype=torch.long)
 
@@ -111,8 +113,17 @@ def _eager(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     return Step(recompute.measure(model, (ids,), backend="fake").peak_bytes, 1.0)
 
 
-def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> Step:
+def _with_hf_checkpointing(model: torch.nn.Module) -> torch.nn.Module:
     model.gradient_checkpointing_enable()
+    return model
+
+
+def _with_sac(model: torch.nn.Module) -> torch.nn.Module:
+    return recompute.optimize(model, method="torch_sac")
+
+
+def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> Step:
+    _with_hf_checkpointing(model)
     try:
         return Step(recompute.measure(model, (ids,), backend="fake").peak_bytes)
     finally:
@@ -120,14 +131,17 @@ def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> Step:
 
 
 def _sac(model: torch.nn.Module, ids: torch.Tensor) -> Step:
-    sac = recompute.optimize(model, method="torch_sac")
-    return Step(recompute.measure(model, (ids,), runner=sac, backend="fake").peak_bytes)
+    return Step(recompute.measure(model, (ids,), runner=_with_sac(model), backend="fake").peak_bytes)
+
+
+def _partitions(model: torch.nn.Module, ids: torch.Tensor, budget: float) -> tuple[partitions.JointCapture, fx.GraphModule, fx.GraphModule]:
+    meta = torch.empty(ids.shape, dtype=ids.dtype, device="meta")
+    c = partitions.capture(model.to("meta"), [meta])
+    return c, *partitions.torch_partition(c, budget)
 
 
 def _compiled(model: torch.nn.Module, ids: torch.Tensor) -> Step:
-    meta = torch.empty(ids.shape, dtype=ids.dtype, device="meta")
-    c = partitions.capture(model.to("meta"), [meta])
-    fw, bw = partitions.torch_partition(c, 0.5)
+    c, fw, bw = _partitions(model, ids, 0.5)
     return Step(partitions.price(c, fw, bw, _NoTime()).peak - c.param_bytes)
 
 
@@ -144,11 +158,65 @@ def _ours(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     return Step(peak, m.plan.time_ratio)
 
 
+class _MatmulFlops(TorchDispatchMode):
+    """The FLOPs of the ops dispatched under it that ``torch.utils.flop_counter`` has a formula for
+    (matrix products, attention, convolutions): the work recomputation adds, pointwise ops left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            self.total += formula(*args, **(kwargs or {}), out_val=out)
+        return out
+
+
+def _step_flops(model: torch.nn.Module, batch: int, length: int) -> int:
+    """:class:`_MatmulFlops` of a training step of ``model`` (``model(ids, labels=ids).loss.backward()``),
+    on fake tensors."""
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode, _MatmulFlops() as count:
+        ids = mode.from_tensor(torch.zeros(batch, length, dtype=torch.long))
+        model(ids, labels=ids).loss.backward()
+    return count.total
+
+
+def _graph_flops(*gms: fx.GraphModule) -> int:
+    """:class:`_MatmulFlops` of what ``gms`` run, from their nodes' traced values."""
+    total = 0
+    for gm in gms:
+        for n in gm.graph.nodes:
+            formula = flop_registry.get(getattr(n.target, "_overloadpacket", None))
+            if n.op == "call_function" and formula is not None:
+                val = lambda a: a.meta["val"]  # noqa: E731
+                total += formula(*fx.node.map_arg(n.args, val), **fx.node.map_arg(n.kwargs, val), out_val=n.meta["val"])
+    return total
+
+
+def _counted_time(lm: LanguageModel, label: str) -> float | None:
+    """The step time of PyTorch's method ``label`` at ``lm``'s size, × plain training's, in
+    :class:`_MatmulFlops`: counted in its real step (the ``torch.compile`` point: in its two partitions
+    against the partitions that save everything)."""
+    if label in _RUNS:
+        return _step_flops(_RUNS[label](lm.build(lm.length).train()), lm.batch, lm.length) / \
+            _step_flops(lm.build(lm.length).train(), lm.batch, lm.length)
+    if label == COMPILED:
+        ids = torch.empty(lm.batch, lm.length, dtype=torch.long, device="meta")
+        return _graph_flops(*_partitions(lm.build(lm.length), ids, 0.5)[1:]) / \
+            _graph_flops(*_partitions(lm.build(lm.length), ids, 1.0)[1:])
+    return None
+
+
+COMPILED = "torch.compile budget 0.5 [unfused op-by-op model]"
+_RUNS = {"Hugging Face gradient checkpointing": _with_hf_checkpointing, "SAC per layer": _with_sac}
+
 METHODS: dict[str, Method] = {
     "eager": _eager,
     "Hugging Face gradient checkpointing": _hf_checkpointing,
     "SAC per layer": _sac,
-    "torch.compile budget 0.5 [unfused op-by-op model]": _compiled,
+    COMPILED: _compiled,
     "ours (default goal, time in FLOPs)": _ours,
 }
 
@@ -172,14 +240,16 @@ class Peaks:
     """Every step priced so far, kept in :data:`PEAKS` (written atomically after each one) so that a killed
     run resumes where it stopped; a file of another commit is started afresh (its code priced it)."""
 
-    def __init__(self, path: Path, commit: str):
-        self.path, self.commit = path, commit
+    def __init__(self, path: Path, commit: str, *, stored_only: bool = False):
+        self.path, self.commit, self.stored_only = path, commit, stored_only
         stored = json.loads(path.read_text()) if path.exists() else {}
         self.steps: dict[str, Step] = ({k: Step(*v) for k, v in stored.get("steps", {}).items()}
                                        if stored.get("commit") == commit else {})
 
     def get(self, key: str, price: Callable[[], Step]) -> Step:
         if key not in self.steps:
+            if self.stored_only:
+                raise SystemExit(f"{self.path} holds no step {key!r} priced at {self.commit}: run without --priced-at")
             self.steps[key] = price()
             text = json.dumps({"commit": self.commit, "steps": {k: [s.peak, s.time] for k, s in self.steps.items()}}, indent=1)
             write_atomic(self.path, lambda tmp: Path(tmp).write_text(text))
@@ -211,6 +281,8 @@ def run_model(lm: LanguageModel, methods: Sequence[str], budgets: Sequence[int],
             return priced[length]
 
         here = at(lm.length)
+        if here.time is None:
+            here = replace(here, time=_counted_time(lm, label))
         longest = {f"{b / GIB:g} GiB": _longest(lambda n: at(n).peak, b, known=sorted(priced)) for b in budgets}
         rows.append(Row(lm.name, label, lm.batch, lm.length, here.peak, here.time, longest,
                         time.perf_counter() - start, commit))
@@ -294,19 +366,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", default=[m.name for m in MODELS], choices=[m.name for m in MODELS])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--write", action="store_true", help="update docs/models.md and paper_figures/llm_sequence.*")
+    parser.add_argument("--priced-at", metavar="COMMIT",
+                        help="the steps priced at COMMIT (kept in paper_figures/llm_peaks.json), none priced anew: "
+                             "a table of runs made in separate clones, named as theirs")
     args = parser.parse_args(argv)
     commit = head_commit()
-    peaks = Peaks(PEAKS, commit)
-    rows = [r for lm in MODELS if lm.name in args.models for r in run_model(lm, args.methods, BUDGETS, commit, peaks)]
+    peaks = Peaks(PEAKS, args.priced_at or commit, stored_only=bool(args.priced_at))
+    rows = [r for lm in MODELS if lm.name in args.models
+            for r in run_model(lm, args.methods, BUDGETS, peaks.commit, peaks)]
     text = table(rows)
     print(text)
     if args.write:
         write_atomic(FIGURES / "llm_sequence.json",
                      lambda tmp: Path(tmp).write_text(json.dumps([asdict(r) for r in rows], indent=1)))
         figure(rows, FIGURES / "llm_sequence.png")
-        write_doc("llm",
-                      f"{made_by(commit, 'fake backend; peaks with parameters and AdamW moments', argv=argv)}\n\n{text}\n\n"
-                      "![longest sequence](../paper_figures/llm_sequence.png)")
+        how = "fake backend; peaks with parameters and AdamW moments"
+        if args.priced_at:
+            how += f"; the steps priced at {args.priced_at[:7]}, PyTorch's FLOPs counted here"
+        write_doc("llm", f"{made_by(commit, how, argv=argv)}\n\n{text}\n\n![longest sequence](../paper_figures/llm_sequence.png)")
 
 
 if __name__ == "__main__":

@@ -148,12 +148,15 @@ def test_the_llm_benchmark_finds_the_longest_sequence_each_method_fits(tmp_path,
                 assert len(set(probed)) <= 16  # interpolation, where bisection from 128 would take up to 16
     tiny = llm.LanguageModel("tiny GPT-2", 2, 128, lambda length: transformers.GPT2LMHeadModel(
         transformers.GPT2Config(**SMALL, n_layer=2, n_embd=64, n_head=4, n_positions=max(length, 128), use_cache=False)))
-    methods = ["eager", "ours (default goal, time in FLOPs)"]
-    plain, ours = llm.run_model(tiny, methods, [2**23], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))
+    methods = ["eager", "Hugging Face gradient checkpointing", "ours (default goal, time in FLOPs)"]
+    plain, hf, ours = llm.run_model(tiny, methods, [2**23], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))
     assert ours.peak_with_params < plain.peak_with_params  # planned at 128 tokens, priced on the fake backend
     assert plain.time == 1 and 1 < ours.time <= 1.3  # the default goal: the least peak within 1.3× plain training
+    assert 1.25 < hf.time < 1.35  # every layer's forward once more: its matrix products counted in the real step
     assert plain.longest == {"0.0078125 GiB": None} and ours.longest == {"0.0078125 GiB": 128}  # 8 MiB
     monkeypatch.setitem(llm.METHODS, "eager", None)  # a resumed run prices nothing it has stored
     again = llm.run_model(tiny, methods[:1], [2**23], commit="c", peaks=llm.Peaks(tmp_path / "peaks.json", "c"))[0]
     assert (again.peak_with_params, again.time, again.longest) == (plain.peak_with_params, plain.time, plain.longest)
     assert llm.Peaks(tmp_path / "peaks.json", "another commit").steps == {}
+    with pytest.raises(SystemExit, match="holds no step 'tiny GPT-2 | eager | 256' priced at c: run without --priced-at"):
+        llm.Peaks(tmp_path / "peaks.json", "c", stored_only=True).get("tiny GPT-2 | eager | 256", lambda: llm.Step(0))

@@ -20,7 +20,8 @@ works on the step's simulated memory curve, greedily, with two moves:
 
 Each round tries the values waiting across the peak, most bytes per unit of added recomputation first
 (Σ T_v of the new copies, :func:`recompute.pricing.schedule.recomputation_cost`), takes the first that lowers
-the peak (or, at an equal peak, the number of steps at it), and sinks again; it stops where none does
+the peak (or, at an equal peak, the number of steps at it), and sinks again (a value whose new copy
+cannot change that score is not simulated: :func:`_unchanged_score`); it stops where none does
 or where the added recomputation would pass ``limit``. Random ops and ops that write their inputs are
 never run again (their values are held), and neither is an op that reads a buffer the step writes.
 """
@@ -32,13 +33,15 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import torch
 
 from recompute.capture.convsplit import SPLIT_FROM
 from recompute.core.fxnodes import runs_once
 from recompute.pricing.schedule import Instance, Schedule, recomputation_cost
-from recompute.pricing.simulate import Simulation, simulate
+from recompute.pricing.simulate import Simulation, lifetimes, simulate
 from recompute.core.storage import joint_table
+from recompute.rewrites.inplace import _writers
 
 if TYPE_CHECKING:
     from recompute.core.graph import Graph
@@ -188,6 +191,30 @@ def _waiting(s: Schedule, ix: _Index, peak_step: int) -> list[tuple[Instance, in
     return [(x, j) for x, j in nxt.items() if ix.made.get(x, peak_step) < peak_step and x not in at_peak]
 
 
+def _unchanged_score(p: "Program", s: Schedule, ix: _Index, sim: Simulation) -> Callable[[Instance, int], bool]:
+    """Whether computing ``inst`` anew before step ``at`` certainly leaves the step's score (its peak,
+    the number of steps at it) as it is, so that the search need not judge it. So it is where ``inst``
+    lives in no storage the step counts (a view of a parameter: nothing is freed), and where the copy
+    runs after the last step at the peak and every storage ``inst`` lives in is read until that step
+    through another value made by the peak (an alias), so it stays alive through it: the steps up to it
+    then hold what they held (their in-place writes too: no storage's last use moves to one of them, and
+    where the alias's last read is that step, its op is one that never writes in place)."""
+    last_at_peak = int(np.flatnonzero(sim.live >= sim.peak)[-1])
+    life = lifetimes(p, s)
+    until = last_at_peak + (s.steps[last_at_peak][0] in _writers(p.joint))
+    readers: dict[tuple[int, int], set[Instance]] = {}  # storage → values made by the peak, read until ``until``
+    for x, step in ix.last.items():
+        if step >= until and ix.made.get(x, sim.peak_step + 1) <= sim.peak_step:
+            for st in life.storages(x):
+                readers.setdefault(st, set()).add(x)
+
+    def unchanged(inst: Instance, at: int) -> bool:
+        storages = life.storages(inst)
+        return not storages or at > last_at_peak and all(readers.get(st, set()) - {inst} for st in storages)
+
+    return unchanged
+
+
 def recompute_at_peak(g: "Graph", s: Schedule, *, limit: float = math.inf, max_ops: int = 8,
                       simulated: Callable[[Schedule], Simulation] | None = None, target: int = 0) -> Schedule:
     """``s`` with recomputations sunk to their readers and values waiting across the peak computed
@@ -212,7 +239,10 @@ def recompute_at_peak(g: "Graph", s: Schedule, *, limit: float = math.inf, max_o
         ix = _Index.of(p, s)
         spent = sum(int(g.time[v]) for v, _ in ix.again)
         tried = []
+        unchanged = _unchanged_score(p, s, ix, sim)
         for inst, at in _waiting(s, ix, sim.peak_step):
+            if unchanged(inst, at):
+                continue
             chain = _chain(p, s, ix, inst, at, max_ops)
             if chain is None:
                 continue
