@@ -5,6 +5,7 @@ and trains as plain training does."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 
 import pytest
@@ -196,21 +197,25 @@ def _llama(layers: int = 3) -> torch.nn.Module:
         vocab_size=256, max_position_embeddings=512, use_cache=False)).train()
 
 
-def test_each_layers_attention_mask_is_made_again_where_it_is_read_not_held_through_the_step():
-    """Hugging Face's decoders turn one boolean causal mask into a float one per layer (``where``, batch
-    × T × T), all at the start of the traced forward, from the inputs alone: ops outside V, no T_v. The
-    default plan makes each again before its layer's backward reads it, through the mask's whole chain
-    of cheap ops (longer than ``max_ops``, which counts only ops of V and products), as Hugging Face's
-    checkpointing does by running the layer again; held, the masks would make most of the peak."""
-    model, ids = _llama(4), torch.randint(0, 256, (2, 256))
-    m = recompute.optimize(model, (ids,), cost_model="flops")
-    again = {name for name, copy in m.plan.runs(m.graph).steps if copy > 0 and name.startswith("where")}
-    assert len(again) == 4, again
-    model.gradient_checkpointing_enable()
-    hf = measure(model, (ids,), backend="fake").peak_bytes
-    model.gradient_checkpointing_disable()
-    assert measure(model, (ids,), runner=m, backend="fake").peak_bytes < 1.1 * hf
-    # within float32 rounding, as the plain traced step is here (eager's attention makes the float mask
-    # inside its kernel, the traced step by ``where``); the corpus test trains Llama bitwise at 16 tokens
-    vanilla = recompute.optimize(model, (ids,), method="vanilla")
-    assert compare(model, vanilla, (ids,)).summary() == compare(model, m, (ids,)).summary() == "close"
+def test_a_value_made_again_in_the_forward_phase_leaves_the_backward_where_it_was():
+    """``computed_again`` before a forward read inserts its ops in the forward phase: the backward
+    starts that many steps later (else the forward's last ops, the model's outputs among them, would be
+    run as backward ones), and the step trains bitwise at its simulated peak."""
+    torch.manual_seed(0)
+    model, inputs = _Bottlenecks(), (torch.randn(2, 3, 16, 16),)
+    g = recompute.trace(model, inputs, loss_fn=default_loss, workspaces=False)
+    p, s = g.program, recompute.plan(g, "vanilla").runs(g)
+    reads = {}
+    for step, rs in enumerate(s.reads[:s.backward_start]):
+        for r in rs:
+            reads.setdefault(r, []).append(step)
+    inst, at = next((x, steps[1]) for x, steps in reads.items()
+                    if len(steps) > 1 and x[0] in p.group and computed_again(p, s, x, steps[1]) is not None)
+    t = computed_again(p, s, inst, at)
+    added = len(t) - len(s)
+    assert added > 0 and t.backward_start == s.backward_start + added
+    assert t.steps[t.backward_start:] == s.steps[s.backward_start:]
+    plan = dataclasses.replace(recompute.plan(g, "vanilla"), schedule=t, peak=simulate(p, t).peak)
+    runner = recompute.execute(g, plan, model)
+    assert measure(model, inputs, runner=runner, backend="fake").peak_bytes == plan.peak
+    assert compare(model, runner, inputs).bitwise
