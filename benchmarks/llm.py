@@ -200,13 +200,18 @@ def _graph_flops(*gms: fx.GraphModule) -> int:
     return total
 
 
+@functools.cache
+def _plain_flops(lm: LanguageModel) -> int:
+    """:func:`_step_flops` of plain training at ``lm``'s size, counted once for every method it divides."""
+    return _step_flops(lm.build(lm.length).train(), lm.batch, lm.length)
+
+
 def _counted_time(lm: LanguageModel, label: str) -> float | None:
     """The step time of PyTorch's method ``label`` at ``lm``'s size, × plain training's, in
     :class:`_MatmulFlops`: counted in its real step (the ``torch.compile`` point: in its two partitions
     against the partitions that save everything)."""
     if label in _RUNS:
-        return _step_flops(_RUNS[label](lm.build(lm.length).train()), lm.batch, lm.length) / \
-            _step_flops(lm.build(lm.length).train(), lm.batch, lm.length)
+        return _step_flops(_RUNS[label](lm.build(lm.length).train()), lm.batch, lm.length) / _plain_flops(lm)
     if label == COMPILED:
         ids = torch.empty(lm.batch, lm.length, dtype=torch.long, device="meta")
         return _graph_flops(*_partitions(lm.build(lm.length), ids, 0.5)[1:]) / \

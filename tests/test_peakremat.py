@@ -189,11 +189,11 @@ def test_values_whose_new_copy_cannot_change_the_score_are_not_judged(monkeypatc
     assert judged[True] * 4 < judged[False]
 
 
-def _llama(layers: int = 3) -> torch.nn.Module:
+def _llama() -> torch.nn.Module:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=176, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=256, max_position_embeddings=512, use_cache=False)).train()
 
 

@@ -143,20 +143,15 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
             life.creates.append([])
     last, n = life.last, len(s.steps)
     # what a read of each instance keeps alive, found once; the steps rise, so its last read so far
-    # is its last: the read loop below runs once per read of a schedule a search judges thousands of
+    # is its last (a search judges thousands of schedules: one storages() call per instance, not per read)
     held: dict[Instance, int] = {}
     for step, reads in enumerate(s.reads):
         for r in reads:
             held[r] = step
-    copy_of, storages_of, moved = life.copy.get, life.table.by_name[1].get, life.moved.get
-    for r, step in held.items():  # life.storages(r), inlined
-        c = copy_of(r)
-        if c is None:
-            continue
-        for st in storages_of(r[0], ()):
-            key = moved((st, c), (st, c))
-            if last.get(key, -1) < step:
-                last[key] = step
+    for r, step in held.items():
+        for st in life.storages(r):
+            if last.get(st, -1) < step:
+                last[st] = step
     for step, insts in s.release.items():
         for r in insts:
             _extend(last, life.storages(r), step)

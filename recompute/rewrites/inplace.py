@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from recompute.capture.joint import JointProgram
     from recompute.capture.trace import Program
 
-__all__ = ["in_place", "simulated_in_place"]
+__all__ = ["in_place", "simulated_in_place", "writers"]
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -72,7 +72,7 @@ class _Writer:
 _WRITERS: "weakref.WeakKeyDictionary[JointProgram, dict[str, _Writer]]" = weakref.WeakKeyDictionary()
 
 
-def _writers(joint: "JointProgram") -> dict[str, _Writer]:
+def writers(joint: "JointProgram") -> dict[str, _Writer]:
     """The ops of ``joint`` that may write in place, by name: found once per joint graph, since a
     search judges thousands of schedules of one graph (:func:`recompute.rewrites.peak.recompute_at_peak`)."""
     if joint not in _WRITERS:
@@ -96,14 +96,14 @@ def _written(p: "Program", s: Schedule) -> tuple[Schedule, Lifetimes]:
     if s.release or s.into:
         s = replace(s, release={}, into={})
     life = lifetimes(p, s)
-    table, node, writers = life.table, life.node, _writers(p.joint)
+    table, node, may_write = life.table, life.node, writers(p.joint)
     made = {st for steps in life.creates for st in steps}
     into: dict[int, Instance] = {}
     # an in-place output lives in its input's storage, whose last use becomes the output's
     last = dict(life.last)
     moved: dict[tuple[int, int], tuple[int, int]] = {}
     for step, (inst, reads) in enumerate(zip(s.steps, s.reads)):
-        w = writers.get(inst[0])
+        w = may_write.get(inst[0])
         if w is None:
             continue
         # an in-place variant (``relu_``) writes into its first argument only

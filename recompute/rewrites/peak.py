@@ -41,7 +41,7 @@ from recompute.core.fxnodes import runs_once
 from recompute.pricing.schedule import Instance, Schedule, recomputation_cost
 from recompute.pricing.simulate import Simulation, lifetimes, simulate
 from recompute.core.storage import joint_table
-from recompute.rewrites.inplace import _writers
+from recompute.rewrites.inplace import writers
 
 if TYPE_CHECKING:
     from recompute.core.graph import Graph
@@ -203,7 +203,7 @@ def _unchanged_score(p: "Program", s: Schedule, ix: _Index, sim: Simulation) -> 
     where the alias's last read is that step, its op is one that never writes in place)."""
     last_at_peak = int(np.flatnonzero(sim.live >= sim.peak)[-1])
     life = lifetimes(p, s)
-    until = last_at_peak + (s.steps[last_at_peak][0] in _writers(p.joint))
+    until = last_at_peak + (s.steps[last_at_peak][0] in writers(p.joint))
     readers: dict[tuple[int, int], set[Instance]] = {}  # storage → values made by the peak, read until ``until``
     for x, step in ix.last.items():
         if step >= until and ix.made.get(x, sim.peak_step + 1) <= sim.peak_step:
