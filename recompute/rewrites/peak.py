@@ -15,7 +15,7 @@ works on the step's simulated memory curve, greedily, with two moves:
   or a recomputation sunk in turn);
 * **again** (:func:`computed_again`): a value made before the peak and read after it, but not at it, is
   computed anew right before its next read, through the forward ops that make it from what is still
-  held there (those not held are recomputed in turn, at most ``max_ops`` ops), and read as that new
+  held there (those not held are recomputed in turn, at most ``max_ops`` ops of V or products), and read as that new
   copy from there on: the old copy dies at its last read before the peak.
 
 Each round tries the values waiting across the peak, most bytes per unit of added recomputation first
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import flop_registry
 
 from recompute.capture.convsplit import SPLIT_FROM
 from recompute.core.fxnodes import runs_once
@@ -130,6 +131,12 @@ class _Index:
         return cls({x: i for i, x in enumerate(s.steps)}, last, latest, again)
 
 
+def _products(node: "torch.fx.Node") -> bool:
+    """Whether ``node`` is an op whose work grows faster than its output (a matrix product, attention,
+    a convolution: what ``torch.utils.flop_counter`` has a formula for)."""
+    return getattr(node.target, "_overloadpacket", None) in flop_registry
+
+
 Chain = list[tuple[Instance, tuple[Instance, ...]]]  # new op instances and what each reads, in order
 
 
@@ -145,7 +152,9 @@ def _chain(p: "Program", s: Schedule, ix: _Index, inst: Instance, at: int, max_o
             return added[x]
         if x != inst and (x not in ix.made or ix.last.get(x, -1) >= at or not _again_allowed(p, x[0])):
             return x
-        started[0] += 1
+        # an op outside V (a mask made from the inputs alone: comparisons, views, ``where``) does not
+        # count: such chains are long, but only products and convolutions take time there
+        started[0] += x[0] in p.group or _products(p.joint.node(x[0]))
         if started[0] > max_ops:
             return None
         reads = []
