@@ -11,7 +11,10 @@ parameters) at batch 8 and 1024 tokens, and a Llama-style model of 1.1 B paramet
 hidden 2048, grouped-query attention with 32 heads over 4 key-value heads, like TinyLlama) at batch 4
 and 2048 tokens. Each step's peak is the ``fake`` backend's (every tensor storage of the real step, no
 arithmetic), the parameters and AdamW's two float32 moments (8 bytes a parameter, held alike by every
-method) added. Methods:
+method) added. The step is the one LLM training runs, ``model(ids, labels=ids).loss.backward()``: the
+next-token loss inside the model (:class:`_NextTokenLoss`), the logits not handed to a loss outside
+(whose gradient, batch × length × vocabulary, a planned step would hold through its whole backward).
+Methods:
 
 * eager, as plain training;
 * ``gradient_checkpointing_enable()``: Hugging Face's own checkpointing of every layer (non-reentrant);
@@ -97,6 +100,27 @@ def _llama(length: int) -> torch.nn.Module:
 MODELS = (LanguageModel("GPT-2 124M", 8, 1024, _gpt2), LanguageModel("Llama 1.1B (GQA 32/4)", 4, 2048, _llama))
 
 
+class _NextTokenLoss(torch.nn.Module):
+    """A causal language model's training loss as its users compute it: ``model(ids, labels=ids).loss``."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids, labels=ids).loss
+
+
+def _itself(loss: torch.Tensor) -> torch.Tensor:
+    return loss
+
+
+def _measured(model: torch.nn.Module, ids: torch.Tensor, runner: Callable[..., Any] | None = None) -> int:
+    """The ``fake`` peak of a training step of ``model`` (wrapped in :class:`_NextTokenLoss`), run by
+    ``runner`` (a module wrapping ``model``, or an executor of the wrapped model)."""
+    return recompute.measure(model, (ids,), runner=runner, backend="fake", loss_fn=_itself).peak_bytes
+
+
 def _ids(model: torch.nn.Module, batch: int, length: int) -> torch.Tensor:
     with FakeTensorMode():
         return torch.empty(batch, length, dtype=torch.long)
@@ -115,7 +139,7 @@ Method = Callable[[torch.nn.Module, torch.Tensor], Step]
 
 
 def _eager(model: torch.nn.Module, ids: torch.Tensor) -> Step:
-    return Step(recompute.measure(model, (ids,), backend="fake").peak_bytes, 1.0)
+    return Step(_measured(_NextTokenLoss(model), ids), 1.0)
 
 
 def _with_hf_checkpointing(model: torch.nn.Module) -> torch.nn.Module:
@@ -130,18 +154,18 @@ def _with_sac(model: torch.nn.Module) -> torch.nn.Module:
 def _hf_checkpointing(model: torch.nn.Module, ids: torch.Tensor) -> Step:
     _with_hf_checkpointing(model)
     try:
-        return Step(recompute.measure(model, (ids,), backend="fake").peak_bytes)
+        return Step(_measured(_NextTokenLoss(model), ids))
     finally:
         model.gradient_checkpointing_disable()
 
 
 def _sac(model: torch.nn.Module, ids: torch.Tensor) -> Step:
-    return Step(recompute.measure(model, (ids,), runner=_with_sac(model), backend="fake").peak_bytes)
+    return Step(_measured(_NextTokenLoss(model), ids, runner=_NextTokenLoss(_with_sac(model))))
 
 
 def _partitions(model: torch.nn.Module, ids: torch.Tensor, budget: float) -> tuple[partitions.JointCapture, fx.GraphModule, fx.GraphModule]:
     meta = torch.empty(ids.shape, dtype=ids.dtype, device="meta")
-    c = partitions.capture(model.to("meta"), [meta])
+    c = partitions.capture(_NextTokenLoss(model.to("meta")), [meta], loss_fn=_itself)
     return c, *partitions.torch_partition(c, budget)
 
 
@@ -158,9 +182,9 @@ class _NoTime:
 
 
 def _ours(model: torch.nn.Module, ids: torch.Tensor, **goal: float) -> Step:
-    m = recompute.optimize(model, cost_model="flops", **goal)
-    peak = recompute.measure(model, (ids,), runner=m, backend="fake").peak_bytes
-    return Step(peak, m.plan.time_ratio)
+    trained = _NextTokenLoss(model)
+    m = recompute.optimize(trained, cost_model="flops", **goal)
+    return Step(_measured(trained, ids, runner=m), m.plan.time_ratio)
 
 
 class _MatmulFlops(TorchDispatchMode):
