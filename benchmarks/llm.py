@@ -79,7 +79,10 @@ class LanguageModel:
 def _gpt2(length: int) -> torch.nn.Module:
     import transformers
 
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(n_positions=max(length, 1024), use_cache=False))
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_positions=max(length, 1024), use_cache=False))
+    # the loss Hugging Face falls back to, named, so that no warning (a graph break) is logged under torch.compile
+    model.loss_type = "ForCausalLM"
+    return model
 
 
 @functools.cache

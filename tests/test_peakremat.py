@@ -239,3 +239,42 @@ def test_each_layers_attention_mask_is_made_again_where_it_is_read_not_held_thro
     # inside its kernel, the traced step by ``where``); the corpus test trains Llama bitwise at 16 tokens
     vanilla = recompute.optimize(model, (ids,), method="vanilla")
     assert compare(model, vanilla, (ids,)).summary() == compare(model, m, (ids,)).summary() == "close"
+
+
+class _Classifier(torch.nn.Module):
+    """Convolutions, then a linear classifier whose weights outweigh every activation (VGG's shape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+        self.head = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(8 * 16 * 16, 512), torch.nn.ReLU(),
+                                        torch.nn.Linear(512, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def test_gradients_only_the_end_reads_are_made_after_the_peak():
+    """The classifier's weight gradients, made first in the backward, wait for the convolutions' backward
+    when they are made at the step's end: the peak falls to what the gradients and the ops that run with
+    them hold, with nothing recomputed, measured as simulated, bitwise plain training's step."""
+    from recompute.rewrites.peak import gradients_late
+
+    torch.manual_seed(0)
+    model, inputs = _Classifier(), (torch.randn(4, 3, 32, 32),)
+    g = recompute.trace(model, inputs, loss_fn=default_loss, workspaces=False)
+    p = recompute.plan(g, "vanilla")
+    s = p.runs(g)
+    t, sim = gradients_late(g.program, s, lambda x: simulate(g.program, x))
+    assert sim.peak == simulate(g.program, t).peak < p.peak
+    assert sorted(t.steps) == sorted(s.steps) and t.steps[-1][0] in g.program.joint.gradients
+    grads = sum(q.numel() * 4 for q in model.parameters())
+    assert sim.peak < grads + (p.peak - grads) / 2  # what the gradients leave: under half what eager adds to them
+    q = with_rewrites(p, g, recompute_at_peak=True, in_place=True)
+    assert q.peak <= with_in_place(dataclasses.replace(p, schedule=t), g).peak and q.overhead == p.overhead
+    for plan in (dataclasses.replace(p, schedule=t, peak=sim.peak), q):
+        runner = recompute.execute(g, plan, model)
+        assert measure(model, inputs, runner=runner, backend="cpu").storage_peak_bytes == plan.peak
+        assert measure(model, inputs, runner=runner, backend="fake").peak_bytes == plan.peak
+        assert compare(model, runner, inputs).bitwise
