@@ -278,3 +278,39 @@ def test_gradients_only_the_end_reads_are_made_after_the_peak():
         assert measure(model, inputs, runner=runner, backend="cpu").storage_peak_bytes == plan.peak
         assert measure(model, inputs, runner=runner, backend="fake").peak_bytes == plan.peak
         assert compare(model, runner, inputs).bitwise
+
+
+@pytest.mark.parametrize("model", [_Classifier, _Bottlenecks])
+def test_the_peak_of_gradients_moved_last_is_replayed_from_the_lifetimes_as_simulated(model):
+    """``replay_moved_last``, which screens each move of :func:`gradients_late`, gives the simulation of
+    the reordered schedule, for every op the step's end alone reads and what reads it, and for all at once."""
+    from recompute.pricing.simulate import lifetimes, replay_moved_last
+    from recompute.rewrites.peak import _in_order
+
+    torch.manual_seed(0)
+    module = model()
+    g = recompute.trace(module, (torch.randn(2, 3, 32, 32),), loss_fn=default_loss)
+    for method in ("vanilla", "chen"):
+        s = dataclasses.replace(recompute.plan(g, method).runs(g), release={})  # as recompute_at_peak takes it
+        life, n, ends = lifetimes(g.program, s), len(s), set(g.program.joint.gradients)
+        readers = {}
+        for i in range(s.backward_start, n):
+            for r in s.reads[i]:
+                readers.setdefault(r, []).append(i)
+        end_only = [False] * n
+        for i in range(n - 1, s.backward_start - 1, -1):
+            rs = readers.get(s.steps[i], ())
+            end_only[i] = all(end_only[j] for j in rs) and (bool(rs) or s.steps[i][0] in ends)
+        closures = []
+        for i in (i for i in range(n) if end_only[i]):
+            moved, todo = {i}, [i]
+            while todo:
+                todo += [j for j in readers.get(s.steps[todo.pop()], ()) if j not in moved]
+                moved.update(todo)
+            closures.append(sorted(moved))
+        closures.append([i for i in range(n) if end_only[i]])
+        assert len(closures) > 3
+        for moved in closures:
+            order = [*(k for k in range(n) if k not in moved), *moved]
+            want, got = simulate(g.program, _in_order(s, order)), replay_moved_last(g.program, s, life, moved)
+            assert (got.peak, got.peak_step, list(got.live)) == (want.peak, want.peak_step, list(want.live))

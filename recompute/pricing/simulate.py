@@ -30,7 +30,7 @@ from recompute.core.storage import StorageTable, joint_table
 if TYPE_CHECKING:
     from recompute.capture.trace import Program
 
-__all__ = ["Simulation", "Lifetimes", "lifetimes", "simulate", "replay", "simulate_partition"]
+__all__ = ["Simulation", "Lifetimes", "lifetimes", "simulate", "replay", "replay_moved_last", "simulate_partition"]
 
 
 @dataclass
@@ -174,6 +174,27 @@ def replay(p: "Program", s: Schedule, life: Lifetimes) -> Simulation:
     """:func:`simulate` of ``s`` whose lifetimes ``life`` (``lifetimes(p, s)``) are known."""
     transient = [p.workspace.get(name, 0) for name, _ in s.steps] if p.workspace else None
     return _replay(life.table.size, life.creates, life.last, s.backward_start, life.tangents, transient)
+
+
+def replay_moved_last(p: "Program", s: Schedule, life: Lifetimes, moved: Sequence[int]) -> Simulation:
+    """:func:`simulate` of ``s`` with its steps ``moved`` (indices, ascending) run after all the others
+    in their order, from ``s``'s lifetimes ``life`` (``s`` without in-place writes): the others keep
+    their order, so a storage only they read dies after the same step as before, and one a moved step
+    reads, after the last moved step that reads it. Every value a moved step makes must be read by
+    moved steps or the step's end alone."""
+    n = len(s)
+    gone = set(moved)
+    order = [*(k for k in range(n) if k not in gone), *moved]
+    place = np.empty(n, dtype=np.int64)
+    place[order] = np.arange(n)
+    last = {st: (step if step >= n else int(place[step])) for st, step in life.last.items()}
+    for k in moved:
+        for r in s.reads[k]:
+            for st in life.storages(r):
+                if last[st] < n:  # a value held to the step's end stays so
+                    last[st] = max(last[st], int(place[k]))
+    transient = [p.workspace.get(s.steps[k][0], 0) for k in order] if p.workspace else None
+    return _replay(life.table.size, [life.creates[k] for k in order], last, s.backward_start, life.tangents, transient)
 
 
 def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,

@@ -46,7 +46,7 @@ from torch.utils.flop_counter import flop_registry
 from recompute.capture.convsplit import SPLIT_FROM
 from recompute.core.fxnodes import runs_once
 from recompute.pricing.schedule import Instance, Schedule, recomputation_cost
-from recompute.pricing.simulate import Simulation, lifetimes, simulate
+from recompute.pricing.simulate import Simulation, lifetimes, replay, replay_moved_last, simulate
 from recompute.core.storage import joint_table
 from recompute.rewrites.inplace import writers
 
@@ -128,8 +128,10 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
     and the ops whose values nothing but such ops read (a view of a weight's gradient, the sum that makes
     a bias's) — moved from before the peak to the step's end, each with what only reads it, where the
     ``simulated`` peak (then the number of steps at it) falls; the ops making the most bytes first, one
-    that does not lower it not judged again. What a moved op reads is held until it runs (a linear layer's weight gradient reads
-    the layer's input and output gradient, small beside the gradient itself): the simulation counts it.
+    that does not lower it not judged again, and none judged whose move does not lower the score of
+    the step without in-place writes (found from its lifetimes, without tracing them again). What a moved
+    op reads is held until it runs (a linear layer's weight gradient reads the layer's input and output
+    gradient, small beside the gradient itself): the simulation counts it.
     Returns the schedule and its simulation. ``s`` is taken without holds or in-place marks."""
     ends = set(p.joint.gradients)
     table = joint_table(p.joint)
@@ -137,6 +139,10 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
     judged: set[Instance] = set()
     while True:
         n, b = len(s), s.backward_start
+        # each move is screened first on the step without in-place writes, from the lifetimes found once
+        # a round (replay_moved_last); only one that lowers that score is judged by ``simulated``
+        life = lifetimes(p, s)
+        plain = replay(p, s, life)
         readers: dict[Instance, list[int]] = {}
         for i in range(b, n):
             for r in s.reads[i]:
@@ -155,10 +161,11 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
                     if j not in moved:
                         moved.add(j)
                         todo.append(j)
-            order = [*(k for k in range(n) if k not in moved), *sorted(moved)]
-            if _score(found := simulated(t := _in_order(s, order))) < _score(sim):
-                s, sim = t, found
-                break
+            if _score(replay_moved_last(p, s, life, sorted(moved))) < _score(plain):
+                order = [*(k for k in range(n) if k not in moved), *sorted(moved)]
+                if _score(found := simulated(t := _in_order(s, order))) < _score(sim):
+                    s, sim = t, found
+                    break
             judged.add(s.steps[i])
         else:
             return s, sim
