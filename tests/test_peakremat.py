@@ -227,18 +227,18 @@ def test_each_layers_attention_mask_is_made_again_where_it_is_read_not_held_thro
     default plan makes each again before its layer's backward reads it, through the mask's whole chain
     of cheap ops (longer than ``max_ops``, which counts only ops of V and products), as Hugging Face's
     checkpointing does by running the layer again; held, the masks would make most of the peak."""
-    model, ids = _llama(4), torch.randint(0, 256, (2, 256))
+    model, ids = _llama(3), torch.randint(0, 256, (2, 128))
     m = recompute.optimize(model, (ids,), cost_model="flops")
     again = {name for name, copy in m.plan.runs(m.graph).steps if copy > 0 and name.startswith("where")}
-    assert len(again) == 4, again
+    assert len(again) == 3, again
     model.gradient_checkpointing_enable()
     hf = measure(model, (ids,), backend="fake").peak_bytes
     model.gradient_checkpointing_disable()
     assert measure(model, (ids,), runner=m, backend="fake").peak_bytes < 1.1 * hf
-    # within float32 rounding, as the plain traced step is here (eager's attention makes the float mask
-    # inside its kernel, the traced step by ``where``); the corpus test trains Llama bitwise at 16 tokens
-    vanilla = recompute.optimize(model, (ids,), method="vanilla")
-    assert compare(model, vanilla, (ids,)).summary() == compare(model, m, (ids,)).summary() == "close"
+    # bitwise or within float32 rounding: at this length even the plain traced step is only close (eager's
+    # attention makes the float mask inside its kernel, the traced step by ``where``); the corpus test
+    # trains Llama bitwise at 16 tokens
+    assert compare(model, m, (ids,)).summary() in ("bitwise", "close")
 
 
 class _Classifier(torch.nn.Module):

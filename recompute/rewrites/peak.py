@@ -8,20 +8,20 @@ split convolution backwards) the first block's 0.77-GiB ReLU outputs wait throug
 backward: recomputing the first block's convolution of the 3-channel input twice more, right where
 the second convolution's weight gradient and the first ReLU's backward read it, lowers the memory-centric
 DP's step run in place at a few cost units more (docs/paper_scale.md). :func:`recompute_at_peak`
-works on the step's simulated memory curve, greedily, with two moves:
+works on the step's simulated memory curve, greedily, with three moves:
 
 * **sink** (:func:`sunk`): each recomputation of the backward phase runs right before its first
   reader, where what it reads is held until then anyway (a parameter, an input, a value read later,
   or a recomputation sunk in turn);
 * **again** (:func:`computed_again`): a value made before the peak and read after it, but not at it, is
   computed anew right before its next read, through the forward ops that make it from what is still
-  held there (those not held are recomputed in turn, at most ``max_ops`` ops of V or products), and read as that new
-  copy from there on: the old copy dies at its last read before the peak;
+  held there (those not held are recomputed in turn, at most ``max_ops`` ops of V or products), and read
+  as that new copy from there on: the old copy dies at its last read before the peak;
 * **gradients late** (:func:`gradients_late`): an op of the backward that only the step's end reads (a
-  parameter's gradient, and what reads nothing but it) runs at the step's end instead of before the peak: on
-  VGG-19 the classifier's weight gradients (0.46 GiB at any batch) then wait for the convolutions' backward
-  to end, as in torch.compile's step (docs/pytorch.md: its peak is the parameter gradients'). No
-  recomputation; what the moved op reads is held longer, and the simulated peak judges it.
+  parameter's gradient, and what reads nothing but it) runs at the step's end instead of before the
+  peak: on VGG-19 the classifier's weight gradients (0.46 GiB at any batch) then wait for the
+  convolutions' backward to end, as in torch.compile's step (docs/pytorch.md: its peak is the parameter
+  gradients'). No recomputation; what the moved op reads is held longer, and the simulated peak judges it.
 
 Each round tries the values waiting across the peak, most bytes per unit of added recomputation first
 (Σ T_v of the new copies, :func:`recompute.pricing.schedule.recomputation_cost`), takes the first that lowers
@@ -129,7 +129,7 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
     a bias's) — moved from before the peak to the step's end, each with what only reads it, where the
     ``simulated`` peak (then the number of steps at it) falls; the ops making the most bytes first, one
     that does not lower it not judged again, and none judged whose move does not lower the score of
-    the step without in-place writes (found from its lifetimes, without tracing them again). What a moved
+    the step without in-place writes (replayed from its lifetimes, found once a round). What a moved
     op reads is held until it runs (a linear layer's weight gradient reads the layer's input and output
     gradient, small beside the gradient itself): the simulation counts it.
     Returns the schedule and its simulation. ``s`` is taken without holds or in-place marks."""
@@ -139,8 +139,8 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
     judged: set[Instance] = set()
     while True:
         n, b = len(s), s.backward_start
-        # each move is screened first on the step without in-place writes, from the lifetimes found once
-        # a round (replay_moved_last); only one that lowers that score is judged by ``simulated``
+        # each move is screened on the step without in-place writes, replayed from the lifetimes found
+        # once a round (replay_moved_last); only one that lowers that score is judged by ``simulated``
         life = lifetimes(p, s)
         plain = replay(p, s, life)
         readers: dict[Instance, list[int]] = {}
@@ -161,8 +161,9 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
                     if j not in moved:
                         moved.add(j)
                         todo.append(j)
-            if _score(replay_moved_last(p, s, life, sorted(moved))) < _score(plain):
-                order = [*(k for k in range(n) if k not in moved), *sorted(moved)]
+            last = sorted(moved)
+            if _score(replay_moved_last(p, s, life, last)) < _score(plain):
+                order = [*(k for k in range(n) if k not in moved), *last]
                 if _score(found := simulated(t := _in_order(s, order))) < _score(sim):
                     s, sim = t, found
                     break
@@ -292,9 +293,9 @@ def _unchanged_score(p: "Program", s: Schedule, ix: _Index, sim: Simulation) -> 
 def recompute_at_peak(g: "Graph", s: Schedule, *, limit: float = math.inf, max_ops: int = 8,
                       simulated: Callable[[Schedule], Simulation] | None = None, target: int = 0) -> Schedule:
     """``s`` with recomputations sunk to their readers, values waiting across the peak computed
-    again after it and gradients made after it, while that lowers the peak, the peak is above ``target`` bytes and the added
-    recomputation stays within ``limit`` of Σ T_v (see the module docstring); ``s`` without its holds
-    where nothing lowers it.
+    again after it and gradients made after it, while that lowers the peak, the peak is above
+    ``target`` bytes and the added recomputation stays within ``limit`` of Σ T_v (see the module
+    docstring); ``s`` without its holds where nothing lowers it.
     ``simulated``: the simulation the peaks are judged by (default :func:`recompute.pricing.simulate.simulate`;
     for a step run in place, the simulation of the schedule :func:`recompute.rewrites.inplace.in_place` makes)."""
     p = g.program
