@@ -211,7 +211,7 @@ def _step_flops(model: torch.nn.Module, batch: int, length: int) -> int:
     on fake tensors."""
     with FakeTensorMode(allow_non_fake_inputs=True) as mode, _MatmulFlops() as count:
         ids = mode.from_tensor(torch.zeros(batch, length, dtype=torch.long))
-        model(ids, labels=ids).loss.backward()
+        _NextTokenLoss(model)(ids).backward()
     return count.total
 
 

@@ -285,22 +285,15 @@ def test_the_peak_of_gradients_moved_last_is_replayed_from_the_lifetimes_as_simu
     """``replay_moved_last``, which screens each move of :func:`gradients_late`, gives the simulation of
     the reordered schedule, for every op the step's end alone reads and what reads it, and for all at once."""
     from recompute.pricing.simulate import lifetimes, replay_moved_last
-    from recompute.rewrites.peak import _in_order
+    from recompute.rewrites.peak import _for_the_end, _in_order
 
     torch.manual_seed(0)
     module = model()
     g = recompute.trace(module, (torch.randn(2, 3, 32, 32),), loss_fn=default_loss)
     for method in ("vanilla", "chen"):
         s = dataclasses.replace(recompute.plan(g, method).runs(g), release={})  # as recompute_at_peak takes it
-        life, n, ends = lifetimes(g.program, s), len(s), set(g.program.joint.gradients)
-        readers = {}
-        for i in range(s.backward_start, n):
-            for r in s.reads[i]:
-                readers.setdefault(r, []).append(i)
-        end_only = [False] * n
-        for i in range(n - 1, s.backward_start - 1, -1):
-            rs = readers.get(s.steps[i], ())
-            end_only[i] = all(end_only[j] for j in rs) and (bool(rs) or s.steps[i][0] in ends)
+        life, n = lifetimes(g.program, s), len(s)
+        readers, end_only = _for_the_end(s, set(g.program.joint.gradients))
         closures = []
         for i in (i for i in range(n) if end_only[i]):
             moved, todo = {i}, [i]

@@ -122,6 +122,21 @@ def _score(sim: Simulation) -> tuple[int, int]:
     return sim.peak, int((sim.live >= sim.peak).sum())
 
 
+def _for_the_end(s: Schedule, ends: set[str]) -> tuple[dict[Instance, list[int]], list[bool]]:
+    """The backward steps reading each value, and for each step whether only the step's end (the
+    values named ``ends``) and steps of that kind read what it makes."""
+    n, b = len(s), s.backward_start
+    readers: dict[Instance, list[int]] = {}
+    for i in range(b, n):
+        for r in s.reads[i]:
+            readers.setdefault(r, []).append(i)
+    end_only = [False] * n
+    for i in range(n - 1, b - 1, -1):
+        rs = readers.get(s.steps[i], ())
+        end_only[i] = all(end_only[j] for j in rs) and (bool(rs) or s.steps[i][0] in ends)
+    return readers, end_only
+
+
 def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Simulation],
                    sim: Simulation | None = None) -> tuple[Schedule, Simulation]:
     """``s`` with ops of its backward whose values only the step's end reads — the gradients it returns,
@@ -143,14 +158,7 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
         # once a round (replay_moved_last); only one that lowers that score is judged by ``simulated``
         life = lifetimes(p, s)
         plain = replay(p, s, life)
-        readers: dict[Instance, list[int]] = {}
-        for i in range(b, n):
-            for r in s.reads[i]:
-                readers.setdefault(r, []).append(i)
-        end_only = [False] * n  # read by nothing but the step's end and such steps
-        for i in range(n - 1, b - 1, -1):
-            rs = readers.get(s.steps[i], ())
-            end_only[i] = all(end_only[j] for j in rs) and (bool(rs) or s.steps[i][0] in ends)
+        readers, end_only = _for_the_end(s, ends)
         last_at_peak = int(np.flatnonzero(sim.live >= sim.peak)[-1])
         made = {i: sum(int(table.size[st]) for st in table.by_name[1].get(s.steps[i][0], ()))
                 for i in range(b, last_at_peak + 1) if end_only[i] and s.steps[i] not in judged}
