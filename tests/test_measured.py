@@ -38,7 +38,9 @@ def test_every_method_runs_is_metered_timed_and_judged(tmp_path, monkeypatch):
     measured.save(points)
     assert measured.load() == points
     text = measured.report(points, "header")
-    assert "resblock" in text and "ours (default)" in text
+    assert "**resblock**, batch 4, 16 (a test net)" in text and "ours (default)" in text
+    monkeypatch.setitem(measured.SIZES, "resblock", measured.Size(8, 16, "a larger batch"))
+    assert "batch 4, 16 (recorded before this network's size became batch 8, 16)" in measured.report(points, "h")
     measured.figure(points, tmp_path / "figure.png")
     assert (tmp_path / "figure.png").stat().st_size > 0
 
