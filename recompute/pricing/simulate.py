@@ -17,7 +17,8 @@ training runs them (AOTAutograd's partitions, PyTorch's or ours).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
@@ -48,37 +49,64 @@ class Simulation:
     live: np.ndarray
 
 
-def _replay(size: np.ndarray, creates: list[list[tuple[int, int]]], last: Mapping[tuple[int, int], int],
+@dataclass
+class _Events:
+    """A schedule's storage instances as arrays (:func:`_replay`): each created one's step and size, and
+    whether nothing reads it (it dies right after its step); each counted one with a last step, that
+    step and its size (``freed[st]``: its index); the bytes arriving at the backward's start."""
+
+    made_step: np.ndarray
+    made_size: np.ndarray
+    unread: np.ndarray
+    free_step: np.ndarray
+    free_size: np.ndarray
+    freed: dict[tuple[int, int], int]
+    arrived: int
+
+    @classmethod
+    def of(cls, size: np.ndarray, creates: Sequence[Sequence[tuple[int, int]]], last: Mapping[tuple[int, int], int],
+           arriving: Iterable[tuple[int, int]]) -> "_Events":  # fmt: skip
+        arriving = list(arriving)
+        made = [(step, st) for step, sts in enumerate(creates) for st in sts]
+        counted = {st for _, st in made} | set(arriving)  # not constants read by the steps
+        freed = {st: i for i, st in enumerate(st for st in last if st in counted)}
+        sizes = np.asarray(size, dtype=np.int64)
+        return cls(np.fromiter((step for step, _ in made), np.int64, len(made)),
+                   sizes[np.fromiter((st[0] for _, st in made), np.int64, len(made))],
+                   np.fromiter((st not in last for _, st in made), bool, len(made)),
+                   np.fromiter((last[st] for st in freed), np.int64, len(freed)),
+                   sizes[np.fromiter((st for st, _ in freed), np.int64, len(freed))],
+                   freed, int(sum(int(sizes[st]) for st, _ in arriving)))
+
+    def curve(self, n: int, arrive: int, transient: Sequence[int] | None, made_step: np.ndarray | None = None,
+              free_step: np.ndarray | None = None) -> Simulation:  # fmt: skip
+        """Live bytes after each of ``n`` steps' allocations (``made_step``/``free_step``: the steps
+        renumbered), its peak and the first step at it. A storage is freed after its last step; one
+        whose last step is outside the ``n`` steps (the step's end, or none) lives on."""
+        made = self.made_step if made_step is None else made_step
+        free = self.free_step if free_step is None else free_step
+        inside = (free >= 0) & (free < n)
+        gone = made[self.unread]
+        # float64 sums of whole byte counts are exact below 2**53 bytes
+        delta = (np.bincount(made, self.made_size, minlength=n + 1)
+                 - np.bincount(free[inside] + 1, self.free_size[inside], minlength=n + 1)
+                 - np.bincount(gone + 1, self.made_size[self.unread], minlength=n + 1))
+        if 0 <= arrive < n:
+            delta[arrive] += self.arrived
+        live = np.rint(np.cumsum(delta[:n])).astype(np.int64)
+        if transient is not None:
+            live += np.asarray(transient, dtype=np.int64)
+        top = int(live.max()) if n else 0
+        return Simulation(peak=max(top, 0), peak_step=int(live.argmax()) if top > 0 else 0, live=live)
+
+
+def _replay(size: np.ndarray, creates: Sequence[Sequence[tuple[int, int]]], last: Mapping[tuple[int, int], int],
             arrive: int, arriving: Iterable[tuple[int, int]], transient: Sequence[int] | None = None) -> Simulation:  # fmt: skip
     """Live bytes step by step: storage instances (storage, copy) appear when their step creates them
     (``arriving`` ones at step ``arrive``) and are freed after their ``last`` step; one that nothing
     reads dies right after the step that made it; ``transient[step]`` bytes exist during the step
     alone. Storages neither created nor arriving (parameters, inputs) are not counted."""
-    n = len(creates)
-    arriving = list(arriving)
-    counted = {st for made in creates for st in made} | set(arriving)  # not constants read by the steps
-    dies: dict[int, list[tuple[int, int]]] = {}
-    for st, step in last.items():
-        if st in counted:
-            dies.setdefault(step, []).append(st)
-    arrived = sum(int(size[s]) for s, _ in arriving)
-    live_now = 0
-    curve = np.zeros(n, dtype=np.int64)
-    peak, peak_step = 0, 0
-    for step in range(n):
-        if step == arrive:
-            live_now += arrived
-        for st in creates[step]:
-            live_now += int(size[st[0]])
-        curve[step] = live_now + (transient[step] if transient is not None else 0)
-        if curve[step] > peak:
-            peak, peak_step = int(curve[step]), step
-        for st in dies.get(step, ()):
-            live_now -= int(size[st[0]])
-        for st in creates[step]:
-            if st not in last:
-                live_now -= int(size[st[0]])
-    return Simulation(peak=int(peak), peak_step=peak_step, live=curve)
+    return _Events.of(size, creates, last, arriving).curve(len(creates), arrive, transient)
 
 
 def _extend(last: dict[tuple[int, int], int], storages: Iterable[tuple[int, int]], step: int) -> None:
@@ -99,6 +127,7 @@ class Lifetimes:
         tangents: the tangents' storage instances (they arrive when the backward phase starts).
         copy: op instance → the copy of its storages a read of it keeps alive (an alias: its base's).
         moved: an in-place output's own storage instance → the one it lives in.
+        workspace: bytes each step allocates and frees inside its op (``Program.workspace``), or None.
     """
 
     table: StorageTable
@@ -108,6 +137,27 @@ class Lifetimes:
     tangents: list[tuple[int, int]]
     copy: dict[Instance, int]
     moved: dict[tuple[int, int], tuple[int, int]]
+    workspace: np.ndarray | None = None
+    _events: _Events | None = field(default=None, init=False, repr=False, compare=False)
+    _reads: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def events(self) -> _Events:
+        """The storages as arrays, found once (a search replays one schedule's lifetimes many times)."""
+        if self._events is None:
+            self._events = _Events.of(self.table.size, self.creates, self.last, self.tangents)
+        return self._events
+
+    def freed_reads(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+        """For each step of ``s`` (the schedule of these lifetimes), the storages its reads keep alive
+        that are freed (their indices in ``events().free_step``): offsets per step, then the indices."""
+        if self._reads is None:
+            freed = self.events().freed
+            per = [[i for r in reads for st in self.storages(r) if (i := freed.get(st)) is not None]
+                   for reads in s.reads]
+            offsets = np.zeros(len(per) + 1, dtype=np.int64)
+            offsets[1:] = np.cumsum([len(x) for x in per])
+            self._reads = offsets, np.fromiter(itertools.chain.from_iterable(per), np.int64, int(offsets[-1]))
+        return self._reads
 
     def storages(self, inst: Instance) -> list[tuple[int, int]]:
         """The storage instances a read of ``inst`` keeps alive (none for a parameter or an input)."""
@@ -162,6 +212,8 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
     _extend(last, life.tangents, n)
     for name in [*(x.name for x in joint.user_outputs), *joint.gradients]:
         _extend(last, life.storages((name, 0)), n)
+    if p.workspace:
+        life.workspace = np.fromiter((p.workspace.get(name, 0) for name, _ in s.steps), np.int64, n)
     return life
 
 
@@ -172,8 +224,7 @@ def simulate(p: "Program", s: Schedule) -> Simulation:
 
 def replay(p: "Program", s: Schedule, life: Lifetimes) -> Simulation:
     """:func:`simulate` of ``s`` whose lifetimes ``life`` (``lifetimes(p, s)``) are known."""
-    transient = [p.workspace.get(name, 0) for name, _ in s.steps] if p.workspace else None
-    return _replay(life.table.size, life.creates, life.last, s.backward_start, life.tangents, transient)
+    return life.events().curve(len(s), s.backward_start, life.workspace)
 
 
 def replay_moved_last(p: "Program", s: Schedule, life: Lifetimes, moved: Sequence[int]) -> Simulation:
@@ -182,19 +233,24 @@ def replay_moved_last(p: "Program", s: Schedule, life: Lifetimes, moved: Sequenc
     their order, so a storage only they read dies after the same step as before, and one a moved step
     reads, after the last moved step that reads it. Every value a moved step makes must be read by
     moved steps or the step's end alone."""
-    n = len(s)
-    gone = set(moved)
-    order = [*(k for k in range(n) if k not in gone), *moved]
+    n, events = len(s), life.events()
+    moved = np.asarray(moved, dtype=np.int64)
+    gone = np.zeros(n, dtype=bool)
+    gone[moved] = True
+    order = np.concatenate([np.flatnonzero(~gone), moved])
     place = np.empty(n, dtype=np.int64)
     place[order] = np.arange(n)
-    last = {st: (step if step >= n else int(place[step])) for st, step in life.last.items()}
-    for k in moved:
-        for r in s.reads[k]:
-            for st in life.storages(r):
-                if last[st] < n:  # a value held to the step's end stays so
-                    last[st] = max(last[st], int(place[k]))
-    transient = [p.workspace.get(s.steps[k][0], 0) for k in order] if p.workspace else None
-    return _replay(life.table.size, [life.creates[k] for k in order], last, s.backward_start, life.tangents, transient)
+    free = events.free_step.copy()
+    inside = (free >= 0) & (free < n)  # a value held to the step's end (or never freed) stays so
+    free[inside] = place[free[inside]]
+    offsets, indices = life.freed_reads(s)
+    counts = offsets[moved + 1] - offsets[moved]
+    starts = np.repeat(offsets[moved] - np.cumsum(counts) + counts, counts)
+    read = indices[starts + np.arange(int(counts.sum()))]
+    at = np.repeat(place[moved], counts)
+    np.maximum.at(free, read[inside[read]], at[inside[read]])
+    return events.curve(n, s.backward_start, None if life.workspace is None else life.workspace[order],
+                        made_step=place[events.made_step], free_step=free)
 
 
 def simulate_partition(forward: fx.GraphModule, backward: fx.GraphModule, *,
