@@ -88,9 +88,17 @@ def _rewritten(g: Graph, c: Candidate, allowance: float, target: int = 0) -> Can
     time = step_time(g, placed.runs(g))
     if placed.peak > c.peak or time > allowance:
         late, rewrites, placed, time = c.base, (), c.plan, c.time
-    at_peak = with_in_place(with_peak_recompute(late, g, limit=allowance - time, then_in_place=True, target=target), g)
-    if at_peak.peak < placed.peak:
-        rewrites, placed, time = (*rewrites, "peak"), at_peak, step_time(g, at_peak.runs(g))
+    # the rewrite spends in forward T_v of the ops it recomputes; the step's modelled time (views, masks and
+    # in-place variants too) is what the allowance bounds: where it runs over, the rewrite gets half as much
+    limit = allowance - time
+    for _ in range(PEAK_TRIES):
+        at_peak = with_in_place(with_peak_recompute(late, g, limit=limit, then_in_place=True, target=target), g)
+        if at_peak.peak >= placed.peak:
+            break
+        if (spent := step_time(g, at_peak.runs(g))) <= allowance:
+            rewrites, placed, time = (*rewrites, "peak"), at_peak, spent
+            break
+        limit /= 2
     return Candidate(c.source, c.base, (*rewrites, "in-place"), placed, time)
 
 
@@ -117,6 +125,7 @@ def _bisect(g: Graph, lo: int, hi: int, fits: Callable[[Candidate], bool], probe
 
 
 SHORTLIST = 2  # screened candidates that get the costlier rewrites
+PEAK_TRIES = 4  # recomputation at the peak tried with its limit halved this many times at most
 
 
 @register("auto", emits_schedule=True)
