@@ -305,5 +305,5 @@ def test_the_peak_of_gradients_moved_last_is_replayed_from_the_lifetimes_as_simu
         assert len(closures) > 3
         for moved in closures:
             order = [*(k for k in range(n) if k not in moved), *moved]
-            want, got = simulate(g.program, _in_order(s, order)), replay_moved_last(g.program, s, life, moved)
+            want, got = simulate(g.program, _in_order(s, order)), replay_moved_last(s, life, moved)
             assert (got.peak, got.peak_step, list(got.live)) == (want.peak, want.peak_step, list(want.live))

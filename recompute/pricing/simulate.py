@@ -219,15 +219,15 @@ def lifetimes(p: "Program", s: Schedule) -> Lifetimes:
 
 def simulate(p: "Program", s: Schedule) -> Simulation:
     """Replay ``s`` on the joint graph of ``p`` and return its exact peak."""
-    return replay(p, s, lifetimes(p, s))
+    return replay(s, lifetimes(p, s))
 
 
-def replay(p: "Program", s: Schedule, life: Lifetimes) -> Simulation:
+def replay(s: Schedule, life: Lifetimes) -> Simulation:
     """:func:`simulate` of ``s`` whose lifetimes ``life`` (``lifetimes(p, s)``) are known."""
     return life.events().curve(len(s), s.backward_start, life.workspace)
 
 
-def replay_moved_last(p: "Program", s: Schedule, life: Lifetimes, moved: Sequence[int]) -> Simulation:
+def replay_moved_last(s: Schedule, life: Lifetimes, moved: Sequence[int]) -> Simulation:
     """:func:`simulate` of ``s`` with its steps ``moved`` (indices, ascending) run after all the others
     in their order, from ``s``'s lifetimes ``life`` (``s`` without in-place writes): the others keep
     their order, so a storage only they read dies after the same step as before, and one a moved step

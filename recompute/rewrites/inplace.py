@@ -136,4 +136,4 @@ def in_place(p: "Program", s: Schedule) -> Schedule:
 def simulated_in_place(p: "Program") -> Callable[[Schedule], Simulation]:
     """The simulation of a schedule of ``p`` as it runs in place (:func:`in_place`): what a rewrite of a
     step that will run in place judges its peaks by."""
-    return lambda s: replay(p, *_written(p, s))
+    return lambda s: replay(*_written(p, s))

@@ -157,7 +157,7 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
         # each move is screened on the step without in-place writes, replayed from the lifetimes found
         # once a round (replay_moved_last); only one that lowers that score is judged by ``simulated``
         life = lifetimes(p, s)
-        plain = replay(p, s, life)
+        plain = replay(s, life)
         readers, end_only = _for_the_end(s, ends)
         last_at_peak = int(np.flatnonzero(sim.live >= sim.peak)[-1])
         made = {i: sum(int(table.size[st]) for st in table.by_name[1].get(s.steps[i][0], ()))
@@ -170,7 +170,7 @@ def gradients_late(p: "Program", s: Schedule, simulated: Callable[[Schedule], Si
                         moved.add(j)
                         todo.append(j)
             last = sorted(moved)
-            if _score(replay_moved_last(p, s, life, last)) < _score(plain):
+            if _score(replay_moved_last(s, life, last)) < _score(plain):
                 order = [*(k for k in range(n) if k not in moved), *last]
                 if _score(found := simulated(t := _in_order(s, order))) < _score(sim):
                     s, sim = t, found
